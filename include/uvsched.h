@@ -1,0 +1,136 @@
+/* uvsched: ordered task queues on libuv's thread pool and loop thread.
+ *
+ * Nothing here is thread-safe unless docs/threads.rst says so; the contract
+ * is shared/SPEC.md, the reference is docs/.
+ */
+
+#ifndef UVSCHED_H
+#define UVSCHED_H
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#include <stdint.h>
+#include <uv.h>
+
+#if defined(_WIN32) && defined(BUILDING_UVSCHED_SHARED)
+#define UVS_EXTERN __declspec(dllexport)
+#elif defined(_WIN32) && defined(USING_UVSCHED_SHARED)
+#define UVS_EXTERN __declspec(dllimport)
+#elif __GNUC__ >= 4
+#define UVS_EXTERN __attribute__((visibility("default")))
+#else
+#define UVS_EXTERN
+#endif
+
+#define UVS_VERSION_MAJOR 0
+#define UVS_VERSION_MINOR 1
+#define UVS_VERSION_PATCH 0
+
+typedef struct uvs_sched_s uvs_sched_t;
+typedef struct uvs_worker_s uvs_worker_t;
+typedef struct uvs_task_s uvs_task_t;
+
+typedef void (*uvs_run_cb)(uvs_task_t* task);
+typedef void (*uvs_done_cb)(uvs_task_t* task, int status);
+typedef void (*uvs_sched_close_cb)(uvs_sched_t* sched);
+typedef void (*uvs_worker_close_cb)(uvs_worker_t* worker);
+
+typedef enum { UVS_POOL = 0, UVS_LOOP = 1 } uvs_where_t;
+typedef enum { UVS_CANCEL = 0, UVS_DRAIN = 1 } uvs_close_how_t;
+
+typedef struct uvs_sched_options_s {
+  /* Most pool drains of this scheduler at once; 0 = no cap of its own. */
+  unsigned max_concurrency;
+  /* Most tasks one drain (or one loop turn) runs before yielding;
+   * 0 = UVS_DEFAULT_BUDGET. */
+  unsigned budget;
+  /* Nonzero: keep the loop alive until closed, even when idle. */
+  int keep_alive;
+  /* A drain that empties its queue may wait this long for more work before
+   * giving its pool thread back; 0 = never (default). */
+  unsigned linger_us;
+} uvs_sched_options_t;
+
+#define UVS_DEFAULT_BUDGET 64
+
+typedef struct uvs_stats_s {
+  uint64_t scheduled; /* schedules accepted */
+  uint64_t ran;       /* run_cb calls */
+  uint64_t cancelled; /* tasks handed back with UV_ECANCELED */
+  uint64_t pending;   /* accepted and not yet handed back */
+  uint64_t drains;    /* drains posted with uv_queue_work */
+  uint64_t wakeups;   /* uv_async callbacks that found work */
+} uvs_stats_t;
+
+/* The private tails of the structs below. */
+#include "uvsched/private.h"
+
+struct uvs_task_s {
+  void* data;
+  /* read-only */
+  uvs_run_cb run_cb;
+  uvs_done_cb done_cb;
+  /* private */
+  UVS_TASK_PRIVATE_FIELDS
+};
+
+struct uvs_worker_s {
+  void* data;
+  /* read-only */
+  uvs_sched_t* sched;
+  uvs_where_t where;
+  /* private */
+  UVS_WORKER_PRIVATE_FIELDS
+};
+
+struct uvs_sched_s {
+  void* data;
+  /* read-only */
+  uv_loop_t* loop;
+  /* private */
+  UVS_SCHED_PRIVATE_FIELDS
+};
+
+UVS_EXTERN unsigned uvs_version(void);
+UVS_EXTERN const char* uvs_version_string(void);
+
+/* Scheduler: init and close on the loop thread only. */
+UVS_EXTERN int uvs_sched_init(uv_loop_t* loop,
+                              uvs_sched_t* sched,
+                              const uvs_sched_options_t* options);
+UVS_EXTERN int uvs_sched_close(uvs_sched_t* sched,
+                               uvs_close_how_t how,
+                               uvs_sched_close_cb close_cb);
+UVS_EXTERN uint64_t uvs_now(const uvs_sched_t* sched);
+UVS_EXTERN void uvs_sched_stats(const uvs_sched_t* sched, uvs_stats_t* out);
+
+/* Workers: any thread. */
+UVS_EXTERN int uvs_worker_init(uvs_sched_t* sched,
+                               uvs_worker_t* worker,
+                               uvs_where_t where);
+UVS_EXTERN int uvs_worker_close(uvs_worker_t* worker,
+                                uvs_close_how_t how,
+                                uvs_worker_close_cb close_cb);
+
+/* Tasks: any thread. */
+UVS_EXTERN int uvs_task_init(uvs_task_t* task, uvs_run_cb run, uvs_done_cb done);
+UVS_EXTERN int uvs_schedule(uvs_worker_t* worker, uvs_task_t* task);
+UVS_EXTERN int uvs_schedule_after(uvs_worker_t* worker,
+                                  uvs_task_t* task,
+                                  uint64_t delay_ms);
+UVS_EXTERN int uvs_schedule_every(uvs_worker_t* worker,
+                                  uvs_task_t* task,
+                                  uint64_t delay_ms,
+                                  uint64_t period_ms);
+UVS_EXTERN int uvs_task_cancel(uvs_task_t* task);
+
+/* Fire-and-forget, library-allocated from a per-scheduler pool. */
+UVS_EXTERN int uvs_post(uvs_worker_t* worker, void (*fn)(void* arg), void* arg);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* UVSCHED_H */
