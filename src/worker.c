@@ -1,0 +1,118 @@
+/* Workers: creation, close, and the pin that keeps a worker (and so its
+ * scheduler) from completing its close while a caller is inside the API. */
+
+#include "internal.h"
+
+#include <string.h>
+
+
+int uvs__worker_enter(uvs_worker_t* w) {
+  /* Pairs with finish_closes(): it stores closed, then waits for inflight to
+   * drop to zero. Both sides are seq_cst, so either we see closed or the
+   * closer sees our pin. */
+  uvs__add(&w->inflight, 1);
+  if (__atomic_load_n(&w->closed, __ATOMIC_SEQ_CST)) {
+    uvs__sub(&w->inflight, 1);
+    return UV_ESHUTDOWN;
+  }
+  return 0;
+}
+
+
+void uvs__worker_leave(uvs_worker_t* w) {
+  uvs__sub(&w->inflight, 1);
+}
+
+
+int uvs_worker_init(uvs_sched_t* s, uvs_worker_t* w, uvs_where_t where) {
+  int err;
+
+  if (s == NULL || w == NULL || (where != UVS_POOL && where != UVS_LOOP))
+    return UV_EINVAL;
+
+  uvs__add(&s->inflight, 1);
+  err = UV_ESHUTDOWN;
+  if (__atomic_load_n(&s->state, __ATOMIC_SEQ_CST) != UVS__S_OPEN)
+    goto out;
+  uv_mutex_lock(&s->lock);
+  if (uvs__load_relaxed(&s->state) == UVS__S_OPEN) {
+    memset((char*) w + offsetof(uvs_worker_t, sched), 0,
+           sizeof(*w) - offsetof(uvs_worker_t, sched));
+    w->sched = s;
+    w->where = where;
+    uvs__queue_init(&w->fifo);
+    uvs__queue_init(&w->delayed);
+    uvs__queue_init(&w->ready_node);
+    uvs__queue_push(&s->workers, &w->list_node);
+    err = 0;
+  }
+  uv_mutex_unlock(&s->lock);
+out:
+  uvs__sub(&s->inflight, 1);
+  return err;
+}
+
+
+void uvs__worker_close_locked(uvs_worker_t* w,
+                              uvs_close_how_t how,
+                              uvs_worker_close_cb cb) {
+  uvs_sched_t* s;
+  uvs__queue_t* q;
+  uvs_task_t* t;
+  uint64_t now;
+
+  s = w->sched;
+  w->flags |= UVS__W_CLOSING | (how == UVS_DRAIN ? UVS__W_DRAIN : 0);
+  w->close_cb = cb;
+  uvs__queue_remove(&w->list_node);
+  uvs__queue_push(&s->closing, &w->list_node);
+
+  /* Delayed tasks: draining runs those already due; the rest never run. */
+  now = uvs__now_ms();
+  while ((q = uvs__queue_shift(&w->delayed)) != NULL) {
+    t = uvs__container_of(q, uvs_task_t, node);
+    uvs__timers_remove(&s->heap, t);
+    if (how == UVS_DRAIN && t->due <= now) {
+      uvs__store(&t->state, (uvs__load_relaxed(&t->state) & ~UVS__T_MASK) |
+                                UVS__T_QUEUED);
+      uvs__queue_push(&w->fifo, &t->node);
+      uvs__worker_make_ready(w);
+    } else {
+      uvs__handback(s, t, UV_ECANCELED);
+    }
+  }
+
+  if (how == UVS_CANCEL) {
+    while ((q = uvs__queue_shift(&w->fifo)) != NULL)
+      uvs__handback(s, uvs__container_of(q, uvs_task_t, node), UV_ECANCELED);
+    uvs__worker_unready_if_empty(w);
+  }
+
+  /* The loop completes the close (and re-arms the timer) when it looks. */
+  uvs__kick(s);
+}
+
+
+int uvs_worker_close(uvs_worker_t* w,
+                     uvs_close_how_t how,
+                     uvs_worker_close_cb close_cb) {
+  uvs_sched_t* s;
+  int err;
+
+  if (w == NULL || (how != UVS_CANCEL && how != UVS_DRAIN))
+    return UV_EINVAL;
+  if (uvs__worker_enter(w) != 0)
+    return UV_EINVAL; /* closed already */
+
+  s = w->sched;
+  uv_mutex_lock(&s->lock);
+  if (w->flags & UVS__W_CLOSING) {
+    err = UV_EINVAL;
+  } else {
+    uvs__worker_close_locked(w, how, close_cb);
+    err = 0;
+  }
+  uv_mutex_unlock(&s->lock);
+  uvs__worker_leave(w);
+  return err;
+}
