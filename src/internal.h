@@ -53,8 +53,31 @@ enum {
   UVS__T_MASK = 0xf,
   UVS__T_PERIODIC = 0x10,  /* scheduled with uvs_schedule_every */
   UVS__T_CANCELLED = 0x20, /* a periodic task was cancelled while running */
-  UVS__T_POST = 0x40       /* library-owned node of uvs_post */
+  UVS__T_POST = 0x40,      /* library-owned node of uvs_post */
+  UVS__T_DEFERRED = 0x80   /* handed back while a run_cb of it executes */
 };
+/* The high half counts the run_cbs of the task executing now: more than
+ * one only after a run_cb scheduled its own task again. The hand-back waits
+ * for zero; sharing the word makes "defer" and "last run ended" one atomic
+ * decision. */
+#define UVS__T_RUN_ONE 0x10000u
+#define UVS__T_RUNS 0xffff0000u
+
+/* Sets the low state and flag bits of a task, keeping its run count, which
+ * a thread outside the scheduler's lock may change at the same time. */
+static inline unsigned uvs__task_update(uvs_task_t* t,
+                                        unsigned clear,
+                                        unsigned set) {
+  unsigned o;
+  unsigned n;
+
+  o = __atomic_load_n(&t->state, __ATOMIC_RELAXED);
+  do
+    n = (o & ~clear) | set;
+  while (!__atomic_compare_exchange_n(
+      &t->state, &o, n, 1, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED));
+  return n;
+}
 
 /* worker->state (under the lock) */
 enum {

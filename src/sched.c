@@ -111,29 +111,76 @@ void uvs__worker_unready_if_empty(uvs_worker_t* w) {
 }
 
 
+/* Puts a task on the done list and stops counting it as pending. */
+static void enqueue_done(uvs_sched_t* s, uvs_task_t* t) {
+  t->worker->npending--;
+  s->stats.pending--;
+  if (t->status != 0)
+    s->stats.cancelled++;
+  uvs__queue_push(&s->done, &t->node);
+  uvs__kick(s);
+}
+
+
 /* Ends the library's custody of a task that is linked nowhere. Lock held. */
 static void drop(uvs_sched_t* s, uvs_task_t* t, int status) {
-  uvs_worker_t* w;
-  unsigned st;
+  unsigned o;
+  unsigned n;
 
-  w = t->worker;
-  st = uvs__load_relaxed(&t->state);
-  w->npending--;
-  s->stats.pending--;
-  if (status != 0)
-    s->stats.cancelled++;
-
-  if (st & UVS__T_POST) {
-    uvs__post_release(s, t);
-  } else if (t->done_cb == NULL) {
-    /* Released: nothing to call. */
-    uvs__store(&t->state, UVS__T_FINISHED);
-  } else {
-    t->status = status;
-    uvs__store(&t->state, (st & ~UVS__T_MASK) | UVS__T_HANDBACK);
-    uvs__queue_push(&s->done, &t->node);
-    uvs__kick(s);
+  o = uvs__load_relaxed(&t->state);
+  if ((o & UVS__T_POST) || t->done_cb == NULL) {
+    t->worker->npending--;
+    s->stats.pending--;
+    if (status != 0)
+      s->stats.cancelled++;
+    if (o & UVS__T_POST)
+      uvs__post_release(s, t);
+    else
+      uvs__task_update(t, ~UVS__T_RUNS, UVS__T_FINISHED); /* released */
+    return;
   }
+
+  t->status = status;
+  do {
+    n = (o & ~UVS__T_MASK) | UVS__T_HANDBACK;
+    if (o & UVS__T_RUNS)
+      n |= UVS__T_DEFERRED;
+  } while (!__atomic_compare_exchange_n(
+      &t->state, &o, n, 1, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED));
+  /* A deferred task stays pending in its worker; the last run to end puts
+   * it on the done list (end_run). */
+  if (!(n & UVS__T_DEFERRED))
+    enqueue_done(s, t);
+}
+
+
+/* Ends one run_cb of a task with a done_cb, outside any lock. Returns 0 when
+ * the caller may go on touching the task. After a run_cb that scheduled its
+ * own task again the task is no longer the caller's: returns 1, and if a
+ * hand-back was waiting for this run, makes it. */
+static int end_run(uvs_task_t* t, int rescheduled) {
+  uvs_sched_t* s;
+  unsigned o;
+  unsigned n;
+  int take;
+
+  o = uvs__load_relaxed(&t->state);
+  do {
+    n = o - UVS__T_RUN_ONE;
+    take = (n & UVS__T_DEFERRED) && !(n & UVS__T_RUNS);
+    if (take)
+      n &= ~UVS__T_DEFERRED;
+  } while (!__atomic_compare_exchange_n(
+      &t->state, &o, n, 1, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED));
+  if (take) {
+    /* Its worker can't finish closing while the task is pending in it, so
+     * the worker and its scheduler are alive. */
+    s = t->worker->sched;
+    uv_mutex_lock(&s->lock);
+    enqueue_done(s, t);
+    uv_mutex_unlock(&s->lock);
+  }
+  return rescheduled;
 }
 
 
@@ -190,7 +237,7 @@ static void finish_run(uvs_sched_t* s, uvs_task_t* t) {
   if (next <= now)
     next = t->due + (now - t->due) / t->period * t->period;
   t->due = next;
-  uvs__store(&t->state, (st & ~UVS__T_MASK) | UVS__T_DELAYED);
+  uvs__task_update(t, UVS__T_MASK, UVS__T_DELAYED);
   uvs__timers_insert(&s->heap, t);
   uvs__queue_push(&w->delayed, &t->node);
   if (uvs__timers_min(&s->heap) == t)
@@ -223,9 +270,11 @@ void uvs__run_tasks(uvs_worker_t* w) {
       s->stats.pending--;
       s->stats.ran++;
       if (!(st & UVS__T_POST))
-        uvs__store(&t->state, UVS__T_FINISHED);
+        uvs__task_update(t, ~UVS__T_RUNS, UVS__T_FINISHED);
     } else {
-      uvs__store(&t->state, (st & ~UVS__T_MASK) | UVS__T_RUNNING);
+      /* One more run executing; the hand-back waits for it. */
+      uvs__task_update(t, UVS__T_MASK, UVS__T_RUNNING);
+      __atomic_fetch_add(&t->state, UVS__T_RUN_ONE, __ATOMIC_ACQ_REL);
     }
     uv_mutex_unlock(&s->lock);
 
@@ -234,6 +283,8 @@ void uvs__run_tasks(uvs_worker_t* w) {
     t->run_cb(t);
     rescheduled = uvs__tls.rescheduled;
     uvs__tls.current = NULL;
+    if (!released)
+      rescheduled = end_run(t, rescheduled);
 
     uv_mutex_lock(&s->lock);
     if (st & UVS__T_POST) {
@@ -268,8 +319,7 @@ static void fire_timers(uvs_sched_t* s) {
     uvs__queue_remove(&t->node);
     if (t->period != 0 && now >= t->due + t->period)
       t->due += (now - t->due) / t->period * t->period;
-    uvs__store(&t->state,
-               (uvs__load_relaxed(&t->state) & ~UVS__T_MASK) | UVS__T_QUEUED);
+    uvs__task_update(t, UVS__T_MASK, UVS__T_QUEUED);
     uvs__queue_push(&t->worker->fifo, &t->node);
     uvs__worker_make_ready(t->worker);
   }
@@ -395,7 +445,7 @@ static void deliver(uvs_sched_t* s) {
     done = t->done_cb;
     status = t->status;
     /* From here the task is the user's: done_cb may free or reschedule it. */
-    uvs__store(&t->state, UVS__T_FINISHED);
+    uvs__task_update(t, ~UVS__T_RUNS, UVS__T_FINISHED);
     done(t, status);
   }
 }

@@ -72,14 +72,14 @@ static int schedule_locked(uvs_sched_t* s,
   if (delayed) {
     /* Due times round up to the ms, so that due * 1e6 >= t_call + delay. */
     t->due = (t_call + 999999) / 1000000 + delay_ms;
-    uvs__store(&t->state, flags | UVS__T_DELAYED);
+    uvs__task_update(t, ~UVS__T_RUNS, flags | UVS__T_DELAYED);
     uvs__timers_insert(&s->heap, t);
     uvs__queue_push(&w->delayed, &t->node);
     if (uvs__timers_min(&s->heap) == t)
       uvs__kick(s); /* the timer needs re-arming */
   } else {
     t->due = 0;
-    uvs__store(&t->state, flags | UVS__T_QUEUED);
+    uvs__task_update(t, ~UVS__T_RUNS, flags | UVS__T_QUEUED);
     uvs__queue_push(&w->fifo, &t->node);
     uvs__worker_make_ready(w);
   }
@@ -196,7 +196,7 @@ int uvs_task_cancel(uvs_task_t* t) {
     case UVS__T_RUNNING:
       if ((st & UVS__T_PERIODIC) && !(st & UVS__T_CANCELLED)) {
         /* The run finishing hands it back instead of re-arming it. */
-        uvs__store(&t->state, st | UVS__T_CANCELLED);
+        uvs__task_update(t, 0, UVS__T_CANCELLED);
         err = 0;
       } else {
         err = UV_EBUSY;

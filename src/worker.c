@@ -73,8 +73,7 @@ void uvs__worker_close_locked(uvs_worker_t* w,
     t = uvs__container_of(q, uvs_task_t, node);
     uvs__timers_remove(&s->heap, t);
     if (how == UVS_DRAIN && t->due <= now) {
-      uvs__store(&t->state, (uvs__load_relaxed(&t->state) & ~UVS__T_MASK) |
-                                UVS__T_QUEUED);
+      uvs__task_update(t, UVS__T_MASK, UVS__T_QUEUED);
       uvs__queue_push(&w->fifo, &t->node);
       uvs__worker_make_ready(w);
     } else {
