@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# Setup shared by ./demo.sh, ./test.sh and .ci/run.
+#
+# Source it from bash, then call:
+#   uvs_install_deps            install the Debian packages that are missing
+#   uvs_install_pkgs PKG...     install the given packages (apt-get)
+#   uvs_configure DIR [OPT...]  `meson setup DIR OPT...`, reusing DIR with
+#                               --reconfigure when it is already configured
+# Run it directly to install what is missing and nothing else.
+#
+# Nothing is installed when everything is already there, so a second run does
+# no apt work. It needs root (or sudo) only when something is missing.
+
+UVS_LIBUV_MIN=1.44
+UVS_MESON_MIN=1.0
+
+uvs_log() {
+  printf '==> %s\n' "$*"
+}
+
+uvs_die() {
+  printf 'error: %s\n' "$*" >&2
+  exit 1
+}
+
+# True if version $1 >= version $2 (dotted numbers).
+uvs_version_ge() {
+  [ "$(printf '%s\n%s\n' "$2" "$1" | sort -V | head -n1)" = "$2" ]
+}
+
+uvs_apt_updated=0
+
+uvs_install_pkgs() {
+  local sudo=() log
+  [ "$#" -gt 0 ] || return 0
+  if [ "$(id -u)" -ne 0 ]; then
+    command -v sudo >/dev/null 2>&1 ||
+      uvs_die "missing packages ($*) and not root: run as root or install them"
+    sudo=(sudo)
+  fi
+  command -v apt-get >/dev/null 2>&1 ||
+    uvs_die "missing packages ($*) and no apt-get: install them by hand"
+  uvs_log "installing with apt-get: $*"
+  # apt's output goes to a log, shown only if something goes wrong.
+  log=$(mktemp)
+  if [ "$uvs_apt_updated" -eq 0 ]; then
+    if ! DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get update -q \
+      </dev/null >"$log" 2>&1; then
+      cat "$log"
+      rm -f "$log"
+      uvs_die "apt-get update failed"
+    fi
+    uvs_apt_updated=1
+  fi
+  if ! DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -q \
+    --no-install-recommends "$@" </dev/null >"$log" 2>&1; then
+    cat "$log"
+    rm -f "$log"
+    uvs_die "apt-get install $* failed"
+  fi
+  rm -f "$log"
+}
+
+# Lists what is missing for building and testing with gcc, then installs it.
+uvs_install_deps() {
+  local missing=() v
+  if ! command -v gcc >/dev/null 2>&1; then
+    missing+=(gcc libc6-dev)
+  elif [ ! -e /usr/include/stdio.h ]; then
+    missing+=(libc6-dev)
+  fi
+  command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)
+  command -v python3 >/dev/null 2>&1 || missing+=(python3)
+  command -v ninja >/dev/null 2>&1 || missing+=(ninja-build)
+  if ! command -v meson >/dev/null 2>&1; then
+    missing+=(meson)
+  else
+    v=$(meson --version 2>/dev/null || echo 0)
+    uvs_version_ge "$v" "$UVS_MESON_MIN" ||
+      uvs_die "meson $v is older than $UVS_MESON_MIN"
+  fi
+  if ! command -v pkg-config >/dev/null 2>&1 ||
+    ! pkg-config --atleast-version="$UVS_LIBUV_MIN" libuv 2>/dev/null; then
+    missing+=(libuv1-dev)
+  fi
+  if [ "${#missing[@]}" -eq 0 ]; then
+    return 0
+  fi
+  uvs_install_pkgs "${missing[@]}"
+  pkg-config --atleast-version="$UVS_LIBUV_MIN" libuv ||
+    uvs_die "libuv >= $UVS_LIBUV_MIN not found after installing libuv1-dev"
+}
+
+# meson setup DIR, or meson setup --reconfigure DIR when DIR is configured.
+# The compiler of a configured DIR is kept; set CC before the first setup.
+# --wrap-mode=nodownload: libuv must come from the system (libuv1-dev);
+# never try to fetch the fallback subproject.
+uvs_configure() {
+  local dir=$1
+  shift
+  if [ -f "$dir/meson-private/coredata.dat" ]; then
+    meson setup --reconfigure --wrap-mode=nodownload "$dir" "$@" && return 0
+    uvs_log "reconfiguring $dir failed; setting it up again"
+    meson setup --wipe --wrap-mode=nodownload "$dir" "$@"
+  else
+    meson setup --wrap-mode=nodownload "$dir" "$@"
+  fi
+}
+
+if [ "${BASH_SOURCE[0]}" = "$0" ]; then
+  set -euo pipefail
+  uvs_install_deps
+  uvs_log "all build dependencies are present"
+fi
