@@ -32,12 +32,22 @@ unsigned long uvs__alloc_count(void);
 /* ---- queue.h: intrusive circular list (see queue.h) ------------------- */
 #include "queue.h"
 
-/* ---- heap.c: the timer structure -------------------------------------- */
-/* A min-heap of delayed tasks ordered by (due, seq). All calls need the
- * scheduler's lock. The interface is what a timer wheel will implement. */
-void uvs__timers_insert(struct uvs__hnode_s** root, uvs_task_t* task);
-void uvs__timers_remove(struct uvs__hnode_s** root, uvs_task_t* task);
-uvs_task_t* uvs__timers_min(struct uvs__hnode_s* const* root);
+/* ---- wheel.c: the timer structure ------------------------------------- */
+/* Delayed tasks by due time (ms on the uv_hrtime() clock); tasks due at the
+ * same ms expire in insertion order. All calls need the scheduler's lock. */
+typedef struct uvs__timers_s uvs__timers_t;
+int uvs__timers_init(uvs__timers_t** out, uint64_t now);
+void uvs__timers_free(uvs__timers_t* timers);
+void uvs__timers_insert(uvs__timers_t* timers, uvs_task_t* task);
+void uvs__timers_remove(uvs__timers_t* timers, uvs_task_t* task);
+/* The earliest time the structure needs expire(); UINT64_MAX if empty. */
+uint64_t uvs__timers_next(const uvs__timers_t* timers);
+/* Calls fire, in due order, for every task due at or before now, taking
+ * each out of the structure first. */
+void uvs__timers_expire(uvs__timers_t* timers,
+                        uint64_t now,
+                        void (*fire)(void* ctx, uvs_task_t* task),
+                        void* ctx);
 
 /* ---- task states ------------------------------------------------------- */
 /* task->state: the low bits hold one of these, read without the lock by
@@ -46,7 +56,7 @@ uvs_task_t* uvs__timers_min(struct uvs__hnode_s* const* root);
 enum {
   UVS__T_IDLE = 0,     /* initialised, never scheduled */
   UVS__T_QUEUED = 1,   /* in its worker's FIFO */
-  UVS__T_DELAYED = 2,  /* in the timer heap and its worker's delayed list */
+  UVS__T_DELAYED = 2,  /* in the timer wheel and its worker's delayed list */
   UVS__T_RUNNING = 3,  /* run_cb executing */
   UVS__T_HANDBACK = 4, /* in the scheduler's done list, done_cb not yet called */
   UVS__T_FINISHED = 5, /* handed back; the user's again */

@@ -199,7 +199,7 @@ void uvs__cancel_locked(uvs_sched_t* s, uvs_task_t* t) {
       uvs__worker_unready_if_empty(w);
       break;
     case UVS__T_DELAYED:
-      uvs__timers_remove(&s->heap, t);
+      uvs__timers_remove(s->timers, t);
       uvs__queue_remove(&t->node);
       /* The loop re-arms the timer to the new minimum when it looks. */
       uvs__kick(s);
@@ -238,10 +238,10 @@ static void finish_run(uvs_sched_t* s, uvs_task_t* t) {
     next = t->due + (now - t->due) / t->period * t->period;
   t->due = next;
   uvs__task_update(t, UVS__T_MASK, UVS__T_DELAYED);
-  uvs__timers_insert(&s->heap, t);
+  uvs__timers_insert(s->timers, t);
   uvs__queue_push(&w->delayed, &t->node);
-  if (uvs__timers_min(&s->heap) == t)
-    uvs__kick(s);
+  if (next < s->timer_due)
+    uvs__kick(s); /* the timer needs re-arming */
 }
 
 
@@ -306,49 +306,56 @@ void uvs__run_tasks(uvs_worker_t* w) {
 }
 
 
-/* Moves due delayed tasks to the tail of their worker's FIFO. Lock held. */
+/* A delayed task fell due: it joins the tail of its worker's FIFO. */
+static void fire(void* now_ms, uvs_task_t* t) {
+  uint64_t now;
+
+  now = *(const uint64_t*) now_ms;
+  uvs__queue_remove(&t->node);
+  /* Grid points that passed too are folded into this run. */
+  if (t->period != 0 && now >= t->due + t->period)
+    t->due += (now - t->due) / t->period * t->period;
+  uvs__task_update(t, UVS__T_MASK, UVS__T_QUEUED);
+  uvs__queue_push(&t->worker->fifo, &t->node);
+  uvs__worker_make_ready(t->worker);
+}
+
+
+/* Moves due delayed tasks to their workers' FIFOs. Lock held. */
 static void fire_timers(uvs_sched_t* s) {
-  uvs_task_t* t;
   uint64_t now;
 
   /* uv_timer may fire up to a ms early, and the loop's cached time lags:
    * compare with the real clock. */
   now = uvs__now_ms();
-  while ((t = uvs__timers_min(&s->heap)) != NULL && t->due <= now) {
-    uvs__timers_remove(&s->heap, t);
-    uvs__queue_remove(&t->node);
-    if (t->period != 0 && now >= t->due + t->period)
-      t->due += (now - t->due) / t->period * t->period;
-    uvs__task_update(t, UVS__T_MASK, UVS__T_QUEUED);
-    uvs__queue_push(&t->worker->fifo, &t->node);
-    uvs__worker_make_ready(t->worker);
-  }
+  uvs__timers_expire(s->timers, now, fire, &now);
 }
 
 
 static void rearm_timer(uvs_sched_t* s) {
-  uvs_task_t* t;
+  uint64_t due;
   uint64_t loop_now;
   uint64_t timeout;
 
-  t = uvs__timers_min(&s->heap);
-  if (t == NULL) {
+  due = uvs__timers_next(s->timers);
+  if (due == UINT64_MAX) {
     uv_timer_stop(&s->timer);
+    s->timer_due = UINT64_MAX;
     return;
   }
-  if (uv_is_active((uv_handle_t*) &s->timer) && s->timer_due == t->due)
+  if (uv_is_active((uv_handle_t*) &s->timer) && s->timer_due == due)
     return;
-  /* libuv measures the timeout from its cached time. A task already due
+  /* libuv measures the timeout from its cached time. What is due already
    * fires at the next timer phase; otherwise at least 1 ms, so that a clock
    * that lags the real one can't make us spin. */
   loop_now = uv_now(s->loop);
-  if (t->due <= uvs__now_ms())
+  if (due <= uvs__now_ms())
     timeout = 0;
-  else if (t->due > loop_now)
-    timeout = t->due - loop_now;
+  else if (due > loop_now)
+    timeout = due - loop_now;
   else
     timeout = 1;
-  s->timer_due = t->due;
+  s->timer_due = due;
   uv_timer_start(&s->timer, timer_cb, timeout, 0);
 }
 
@@ -528,6 +535,8 @@ static int finish_closes(uvs_sched_t* s) {
   uv_mutex_unlock(&s->lock);
 
   uvs__post_free_all(s);
+  uvs__timers_free(s->timers);
+  s->timers = NULL;
   uv_close((uv_handle_t*) &s->async, handle_closed);
   uv_close((uv_handle_t*) &s->timer, handle_closed);
   uv_close((uv_handle_t*) &s->idle, handle_closed);
@@ -585,14 +594,20 @@ int uvs_sched_init(uv_loop_t* loop,
   /* Everything but the user's data field. */
   memset((char*) s + offsetof(uvs_sched_t, loop), 0,
          sizeof(*s) - offsetof(uvs_sched_t, loop));
-  err = uv_mutex_init(&s->lock);
+  err = uvs__timers_init(&s->timers, uvs__now_ms());
   if (err != 0)
     return err;
+  err = uv_mutex_init(&s->lock);
+  if (err != 0) {
+    uvs__timers_free(s->timers);
+    return err;
+  }
   /* The async handle is the only init that can fail; the others can't, so
    * nothing needs closing on the error path. */
   err = uv_async_init(loop, &s->async, async_cb);
   if (err != 0) {
     uv_mutex_destroy(&s->lock);
+    uvs__timers_free(s->timers);
     return err;
   }
   uv_timer_init(loop, &s->timer);
@@ -614,6 +629,7 @@ int uvs_sched_init(uv_loop_t* loop,
   uvs__queue_init(&s->loop_ready);
   uvs__queue_init(&s->done);
   s->handles = 3;
+  s->timer_due = UINT64_MAX;
   uvs__store(&s->state, UVS__S_OPEN);
   uvs__store(&s->now, uv_now(loop));
 

@@ -14,12 +14,11 @@ int uvs_task_init(uvs_task_t* t, uvs_run_cb run, uvs_done_cb done) {
     return UV_EINVAL;
   t->run_cb = run;
   t->done_cb = done;
-  memset(&t->hnode, 0, sizeof(t->hnode));
   uvs__queue_init(&t->node);
+  uvs__queue_init(&t->tnode);
   uvs__store(&t->worker, NULL);
   t->due = 0;
   t->period = 0;
-  t->seq = 0;
   t->status = 0;
   uvs__store(&t->state, UVS__T_IDLE);
   return 0;
@@ -64,7 +63,6 @@ static int schedule_locked(uvs_sched_t* s,
   /* Fields first, state last (release): uvs_task_cancel() reads the state,
    * then the worker, and must see this worker once it sees the new state. */
   uvs__store(&t->worker, w);
-  t->seq = s->seq++;
   t->period = period_ms;
   t->status = 0;
   if (period_ms != 0)
@@ -73,9 +71,9 @@ static int schedule_locked(uvs_sched_t* s,
     /* Due times round up to the ms, so that due * 1e6 >= t_call + delay. */
     t->due = (t_call + 999999) / 1000000 + delay_ms;
     uvs__task_update(t, ~UVS__T_RUNS, flags | UVS__T_DELAYED);
-    uvs__timers_insert(&s->heap, t);
+    uvs__timers_insert(s->timers, t);
     uvs__queue_push(&w->delayed, &t->node);
-    if (uvs__timers_min(&s->heap) == t)
+    if (t->due < s->timer_due)
       uvs__kick(s); /* the timer needs re-arming */
   } else {
     t->due = 0;

@@ -71,7 +71,7 @@ void uvs__worker_close_locked(uvs_worker_t* w,
   now = uvs__now_ms();
   while ((q = uvs__queue_shift(&w->delayed)) != NULL) {
     t = uvs__container_of(q, uvs_task_t, node);
-    uvs__timers_remove(&s->heap, t);
+    uvs__timers_remove(s->timers, t);
     if (how == UVS_DRAIN && t->due <= now) {
       uvs__task_update(t, UVS__T_MASK, UVS__T_QUEUED);
       uvs__queue_push(&w->fifo, &t->node);

@@ -11,31 +11,22 @@ struct uvs__queue_s {
   struct uvs__queue_s* prev;
 };
 
-/* Intrusive pairing-heap node: prev is the parent for a first child and the
- * left sibling otherwise. */
-struct uvs__hnode_s {
-  struct uvs__hnode_s* child;
-  struct uvs__hnode_s* next;
-  struct uvs__hnode_s* prev;
-};
-
 /* A task is in at most one list through `node` (its worker's FIFO, its
  * worker's delayed list, or the scheduler's hand-back list) and, while
- * delayed, in the timer heap through `hnode`. */
+ * delayed, in a slot of the timer wheel through `tnode`. */
 #define UVS_TASK_PRIVATE_FIELDS                                                \
   struct uvs__queue_s node;                                                    \
-  struct uvs__hnode_s hnode;                                                   \
+  struct uvs__queue_s tnode;                                                   \
   uvs_worker_t* worker;                                                        \
   uint64_t due;    /* ms on the uv_hrtime() clock */                           \
   uint64_t period; /* ms; 0 for one-shot */                                    \
-  uint64_t seq;    /* schedule order, breaks ties of equal due times */        \
   unsigned state;                                                              \
   int status;
 
 #define UVS_WORKER_PRIVATE_FIELDS                                              \
   uv_work_t work;                                                              \
   struct uvs__queue_s fifo;     /* queued tasks */                             \
-  struct uvs__queue_s delayed;  /* tasks in the timer heap */                  \
+  struct uvs__queue_s delayed;  /* tasks in the timer wheel */                 \
   struct uvs__queue_s ready_node;                                              \
   struct uvs__queue_s list_node;                                               \
   uvs_worker_close_cb close_cb;                                                \
@@ -57,10 +48,9 @@ struct uvs__hnode_s {
   struct uvs__queue_s ready;      /* pool workers waiting for a drain */       \
   struct uvs__queue_s loop_ready; /* loop workers with work */                 \
   struct uvs__queue_s done;       /* tasks waiting for done_cb */              \
-  struct uvs__hnode_s* heap;                                                   \
+  struct uvs__timers_s* timers;                                                \
   void* post_free;                                                             \
   void* post_chunks;                                                           \
-  uint64_t seq;                                                                \
   uint64_t timer_due;                                                          \
   uint64_t now; /* atomic */                                                   \
   uvs_stats_t stats;                                                           \
