@@ -245,6 +245,17 @@ static void finish_run(uvs_sched_t* s, uvs_task_t* t) {
 }
 
 
+/* A periodic run stands for every grid point passed by the time it starts,
+ * however long it waited in the FIFO or the loop was blocked. */
+static void coalesce(uvs_task_t* t) {
+  uint64_t now;
+
+  now = uvs__now_ms();
+  if (now >= t->due + t->period)
+    t->due += (now - t->due) / t->period * t->period;
+}
+
+
 void uvs__run_tasks(uvs_worker_t* w) {
   uvs_sched_t* s;
   uvs__queue_t* q;
@@ -272,6 +283,8 @@ void uvs__run_tasks(uvs_worker_t* w) {
       if (!(st & UVS__T_POST))
         uvs__task_update(t, ~UVS__T_RUNS, UVS__T_FINISHED);
     } else {
+      if (st & UVS__T_PERIODIC)
+        coalesce(t);
       /* One more run executing; the hand-back waits for it. */
       uvs__task_update(t, UVS__T_MASK, UVS__T_RUNNING);
       __atomic_fetch_add(&t->state, UVS__T_RUN_ONE, __ATOMIC_ACQ_REL);
@@ -307,14 +320,9 @@ void uvs__run_tasks(uvs_worker_t* w) {
 
 
 /* A delayed task fell due: it joins the tail of its worker's FIFO. */
-static void fire(void* now_ms, uvs_task_t* t) {
-  uint64_t now;
-
-  now = *(const uint64_t*) now_ms;
+static void fire(void* ctx, uvs_task_t* t) {
+  (void) ctx;
   uvs__queue_remove(&t->node);
-  /* Grid points that passed too are folded into this run. */
-  if (t->period != 0 && now >= t->due + t->period)
-    t->due += (now - t->due) / t->period * t->period;
   uvs__task_update(t, UVS__T_MASK, UVS__T_QUEUED);
   uvs__queue_push(&t->worker->fifo, &t->node);
   uvs__worker_make_ready(t->worker);
@@ -323,12 +331,9 @@ static void fire(void* now_ms, uvs_task_t* t) {
 
 /* Moves due delayed tasks to their workers' FIFOs. Lock held. */
 static void fire_timers(uvs_sched_t* s) {
-  uint64_t now;
-
   /* uv_timer may fire up to a ms early, and the loop's cached time lags:
    * compare with the real clock. */
-  now = uvs__now_ms();
-  uvs__timers_expire(s->timers, now, fire, &now);
+  uvs__timers_expire(s->timers, uvs__now_ms(), fire, NULL);
 }
 
 
