@@ -1,0 +1,276 @@
+/* Races between the loop thread, pool threads and foreign threads. Each
+ * checks exactly-once hand-back: a schedule that returned 0 gets one
+ * done_cb, one that returned an error gets none. */
+
+#include "task.h"
+
+#include <stdatomic.h>
+
+#define NPROD 3
+#define PER 3000
+
+typedef struct {
+  uvs_task_t task;
+  atomic_int rc;
+  atomic_int ran;
+  int done_calls;
+  int status;
+} rtask_t;
+
+static uv_loop_t loop;
+static uvs_sched_t sched;
+static uvs_worker_t workers[2];
+static rtask_t rtasks[NPROD][PER];
+static uv_thread_t producers[NPROD];
+static int done_calls;
+static int close_calls;
+static int close_trigger;
+static uvs_close_how_t close_how;
+static int close_sched;
+static int joined;
+
+
+static void r_run_cb(uvs_task_t* task) {
+  rtask_t* t;
+
+  t = TEST_CONTAINER_OF(task, rtask_t, task);
+  ASSERT_EQ(atomic_fetch_add(&t->ran, 1), 0);
+}
+
+
+static void join_producers(void) {
+  int p;
+
+  for (p = 0; p < NPROD; p++) ASSERT_OK(uv_thread_join(&producers[p]));
+  joined = 1;
+}
+
+
+static void r_worker_close_cb(uvs_worker_t* w) {
+  (void) w;
+  close_calls++;
+  /* Producers stop at their first UV_ESHUTDOWN, which they now get. */
+  join_producers();
+  ASSERT_OK(uvs_sched_close(&sched, UVS_CANCEL, NULL));
+}
+
+
+static void r_sched_close_cb(uvs_sched_t* s) {
+  (void) s;
+  close_calls++;
+  join_producers();
+}
+
+
+static void r_done_cb(uvs_task_t* task, int status) {
+  rtask_t* t;
+
+  t = TEST_CONTAINER_OF(task, rtask_t, task);
+  t->status = status;
+  t->done_calls++;
+  if (++done_calls == close_trigger) {
+    if (close_sched) {
+      ASSERT_OK(uvs_sched_close(&sched, close_how, r_sched_close_cb));
+    } else {
+      ASSERT_OK(uvs_worker_close(&workers[0], close_how, r_worker_close_cb));
+    }
+  }
+}
+
+
+static void r_producer(void* arg) {
+  uvs_worker_t* w;
+  int p;
+  int i;
+  int r;
+  int end;
+
+  p = (int) (intptr_t) arg;
+  for (i = 0; i < PER; i++) {
+    w = &workers[close_sched ? i & 1 : 0];
+    if (i % 8 == 3)
+      r = uvs_schedule_after(w, &rtasks[p][i].task, (uint64_t) i % 3);
+    else
+      r = uvs_schedule(w, &rtasks[p][i].task);
+    atomic_store(&rtasks[p][i].rc, r);
+    if (r == UV_ESHUTDOWN) {
+      /* Closing is permanent: everything after is refused too. */
+      end = i + 50;
+      for (i++; i < PER && i < end; i++)
+        atomic_store(&rtasks[p][i].rc,
+                     uvs_schedule(&workers[0], &rtasks[p][i].task));
+      break;
+    }
+    ASSERT_OK(r);
+  }
+}
+
+
+static void close_vs_schedule(uvs_close_how_t how, int whole_sched) {
+  uvs_sched_options_t opts;
+  int p;
+  int i;
+  int rc;
+  int accepted;
+
+  close_how = how;
+  close_sched = whole_sched;
+  close_trigger = 300;
+  memset(&opts, 0, sizeof(opts));
+  opts.keep_alive = 1;
+  ASSERT_OK(uv_loop_init(&loop));
+  ASSERT_OK(uvs_sched_init(&loop, &sched, &opts));
+  ASSERT_OK(uvs_worker_init(&sched, &workers[0], UVS_POOL));
+  ASSERT_OK(uvs_worker_init(&sched, &workers[1], UVS_LOOP));
+  for (p = 0; p < NPROD; p++) {
+    for (i = 0; i < PER; i++) {
+      atomic_store(&rtasks[p][i].rc, 1);
+      ASSERT_OK(uvs_task_init(&rtasks[p][i].task, r_run_cb, r_done_cb));
+    }
+  }
+  for (p = 0; p < NPROD; p++)
+    ASSERT_OK(
+        uv_thread_create(&producers[p], r_producer, (void*) (intptr_t) p));
+  ASSERT_OK(uv_run(&loop, UV_RUN_DEFAULT));
+  ASSERT(joined);
+  accepted = 0;
+  for (p = 0; p < NPROD; p++) {
+    for (i = 0; i < PER; i++) {
+      rtask_t* t = &rtasks[p][i];
+      rc = atomic_load(&t->rc);
+      if (rc == 1)
+        continue; /* never tried */
+      if (rc == 0) {
+        accepted++;
+        ASSERT_EQ(t->done_calls, 1);
+        if (t->status == 0) {
+          ASSERT_EQ(atomic_load(&t->ran), 1);
+        } else {
+          ASSERT_ERR(t->status, UV_ECANCELED);
+          ASSERT_EQ(atomic_load(&t->ran), 0);
+          /* A drain close runs whatever was queued when it started; only
+           * the not-yet-due delayed tasks may be cancelled. */
+          if (how == UVS_DRAIN && !whole_sched)
+            ASSERT_EQ(i % 8, 3);
+        }
+      } else {
+        ASSERT_ERR(rc, UV_ESHUTDOWN);
+        ASSERT_EQ(t->done_calls, 0);
+        ASSERT_EQ(atomic_load(&t->ran), 0);
+      }
+    }
+  }
+  ASSERT_EQ(done_calls, accepted);
+  ASSERT_GE(accepted, close_trigger);
+  ASSERT_OK(uv_loop_close(&loop));
+}
+
+
+TEST_IMPL(race_worker_close_cancel_vs_schedule) {
+  close_vs_schedule(UVS_CANCEL, 0);
+  ASSERT_EQ(close_calls, 1);
+  return 0;
+}
+
+
+TEST_IMPL(race_worker_close_drain_vs_schedule) {
+  close_vs_schedule(UVS_DRAIN, 0);
+  ASSERT_EQ(close_calls, 1);
+  return 0;
+}
+
+
+TEST_IMPL(race_sched_close_vs_schedule) {
+  close_vs_schedule(UVS_CANCEL, 1);
+  ASSERT_EQ(close_calls, 1);
+  return 0;
+}
+
+
+/* A task that keeps re-scheduling itself from its run_cb, cancelled from a
+ * foreign thread: cancel returns UV_EBUSY while a run is executing and 0
+ * once it catches the task queued or delayed; no run starts after that. */
+static uvs_task_t chain;
+static atomic_int chain_runs;
+static atomic_int chain_stop;
+static int chain_delay;
+static int chain_done;
+static int chain_status;
+static int runs_at_cancel = -1;
+
+static void chain_run_cb(uvs_task_t* task) {
+  atomic_fetch_add(&chain_runs, 1);
+  if (atomic_load(&chain_stop))
+    return;
+  if (chain_delay)
+    ASSERT_OK(uvs_schedule_after(&workers[0], task, 1));
+  else
+    ASSERT_OK(uvs_schedule(&workers[atomic_load(&chain_runs) & 1], task));
+}
+
+
+static void chain_done_cb(uvs_task_t* task, int status) {
+  (void) task;
+  chain_done++;
+  chain_status = status;
+  ASSERT_OK(uvs_sched_close(&sched, UVS_CANCEL, NULL));
+}
+
+
+static void chain_canceller(void* arg) {
+  int r;
+  long tries;
+
+  (void) arg;
+  while (atomic_load(&chain_runs) < 20) {
+  }
+  for (tries = 0;; tries++) {
+    r = uvs_task_cancel(&chain);
+    if (r == 0) {
+      runs_at_cancel = atomic_load(&chain_runs);
+      break;
+    }
+    ASSERT_ERR(r, UV_EBUSY);
+    if (tries > 2000000)
+      atomic_store(&chain_stop, 1); /* give up: let it end by itself */
+  }
+}
+
+
+static void reschedule_vs_cancel(int delay) {
+  uvs_sched_options_t opts;
+  uv_thread_t thread;
+
+  chain_delay = delay;
+  memset(&opts, 0, sizeof(opts));
+  opts.keep_alive = 1;
+  ASSERT_OK(uv_loop_init(&loop));
+  ASSERT_OK(uvs_sched_init(&loop, &sched, &opts));
+  ASSERT_OK(uvs_worker_init(&sched, &workers[0], UVS_POOL));
+  ASSERT_OK(uvs_worker_init(&sched, &workers[1], UVS_POOL));
+  ASSERT_OK(uvs_task_init(&chain, chain_run_cb, chain_done_cb));
+  ASSERT_OK(uvs_schedule(&workers[0], &chain));
+  ASSERT_OK(uv_thread_create(&thread, chain_canceller, NULL));
+  ASSERT_OK(uv_run(&loop, UV_RUN_DEFAULT));
+  ASSERT_OK(uv_thread_join(&thread));
+  ASSERT_EQ(chain_done, 1);
+  if (runs_at_cancel >= 0) {
+    ASSERT_ERR(chain_status, UV_ECANCELED);
+    ASSERT_EQ(atomic_load(&chain_runs), runs_at_cancel);
+  } else {
+    ASSERT_OK(chain_status);
+  }
+  ASSERT_OK(uv_loop_close(&loop));
+}
+
+
+TEST_IMPL(race_reschedule_self_vs_cancel) {
+  reschedule_vs_cancel(0);
+  return 0;
+}
+
+
+TEST_IMPL(race_reschedule_self_delay_vs_cancel) {
+  reschedule_vs_cancel(1);
+  return 0;
+}
