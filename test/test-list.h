@@ -172,6 +172,9 @@ TEST_DECLARE(worker_init_in_run_cb)
 TEST_DECLARE(worker_close_cancel_running_periodic)
 TEST_DECLARE(worker_close_drain_running_periodic)
 
+/* test-wheel.c */
+TEST_DECLARE(wheel_model_random)
+
 /* clang-format off */
 static const test_entry_t TESTS[] = {
   TEST_ENTRY(cancel_never_scheduled)
@@ -320,6 +323,7 @@ static const test_entry_t TESTS[] = {
   TEST_ENTRY(worker_init_in_run_cb)
   TEST_ENTRY(worker_close_cancel_running_periodic)
   TEST_ENTRY(worker_close_drain_running_periodic)
+  TEST_ENTRY(wheel_model_random)
   {NULL, NULL}
 };
 /* clang-format on */
