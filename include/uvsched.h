@@ -53,6 +53,8 @@ typedef struct uvs_sched_options_s {
   unsigned linger_us;
 } uvs_sched_options_t;
 
+/* The default budget of a loop turn. A pool drain with the default budget
+ * yields after a time slice of about 1 ms instead (docs/design.rst). */
 #define UVS_DEFAULT_BUDGET 64
 
 typedef struct uvs_stats_s {

@@ -15,10 +15,14 @@
  * compiler builtins (GCC and Clang; TSan understands them). */
 #define uvs__load(p) __atomic_load_n((p), __ATOMIC_ACQUIRE)
 #define uvs__load_relaxed(p) __atomic_load_n((p), __ATOMIC_RELAXED)
+#define uvs__load_sc(p) __atomic_load_n((p), __ATOMIC_SEQ_CST)
 #define uvs__store(p, v) __atomic_store_n((p), (v), __ATOMIC_RELEASE)
 #define uvs__store_relaxed(p, v) __atomic_store_n((p), (v), __ATOMIC_RELAXED)
+#define uvs__store_sc(p, v) __atomic_store_n((p), (v), __ATOMIC_SEQ_CST)
 #define uvs__add(p, v) __atomic_fetch_add((p), (v), __ATOMIC_SEQ_CST)
 #define uvs__sub(p, v) __atomic_fetch_sub((p), (v), __ATOMIC_SEQ_CST)
+/* A counter with one writer at a time: no read-modify-write needed. */
+#define uvs__bump(p) uvs__store_relaxed((p), uvs__load_relaxed(p) + 1)
 
 /* ---- alloc.c ----------------------------------------------------------- */
 void* uvs__malloc(size_t size);
@@ -29,7 +33,7 @@ void uvs__free(void* ptr);
 void uvs__alloc_fail_after(long n);
 unsigned long uvs__alloc_count(void);
 
-/* ---- queue.h: intrusive circular list (see queue.h) ------------------- */
+/* ---- queue.h: intrusive circular list ---------------------------------- */
 #include "queue.h"
 
 /* ---- wheel.c: the timer structure ------------------------------------- */
@@ -49,16 +53,39 @@ void uvs__timers_expire(uvs__timers_t* timers,
                         void (*fire)(void* ctx, uvs_task_t* task),
                         void* ctx);
 
+/* ---- inbox.c: the per-worker queue ------------------------------------- */
+/* A worker's queued tasks live in three places, oldest first: a drain's
+ * batch of slots, the FIFO, and the inbox. Producers push onto the inbox
+ * without a lock; everything else needs the scheduler's lock. */
+void uvs__inbox_init(uvs_worker_t* worker);
+/* Any thread, no lock. */
+void uvs__inbox_push(uvs_worker_t* worker, uvs_task_t* task);
+/* Lock held: is anything queued (inbox or FIFO)? Orders like a seq_cst load
+ * of the inbox's tail. */
+int uvs__inbox_nonempty(uvs_worker_t* worker);
+/* Lock held: moves everything pushed so far to the FIFO's tail. */
+void uvs__inbox_flush(uvs_worker_t* worker);
+/* Lock held: the oldest queued task, or NULL. */
+uvs_task_t* uvs__inbox_take(uvs_worker_t* worker);
+/* Lock held: tasks in the inbox (O(n); for stats). Tasks leaving the inbox
+ * are counted in worker->nsched, so producers pay no counter. */
+uint64_t uvs__inbox_count(uvs_worker_t* worker);
+
+/* A batch slot holds a task until the drain takes it (TAKEN) or a cancel
+ * swaps it for a tombstone (TOMB), each with one atomic operation. */
+#define UVS__SLOT_TAKEN ((uvs_task_t*) (uintptr_t) 1)
+#define UVS__SLOT_TOMB ((uvs_task_t*) (uintptr_t) 2)
+#define UVS__BATCH 64
+
 /* ---- task states ------------------------------------------------------- */
-/* task->state: the low bits hold one of these, read without the lock by
- * uvs_task_cancel's first check and by schedule's EBUSY check; written with
- * the owning scheduler's lock held. */
+/* task->state: written with CAS or release stores; read without the lock by
+ * the schedule calls and uvs_task_cancel. */
 enum {
   UVS__T_IDLE = 0,     /* initialised, never scheduled */
-  UVS__T_QUEUED = 1,   /* in its worker's FIFO */
+  UVS__T_QUEUED = 1,   /* in its worker's inbox, FIFO or a batch, or running */
   UVS__T_DELAYED = 2,  /* in the timer wheel and its worker's delayed list */
-  UVS__T_RUNNING = 3,  /* run_cb executing */
-  UVS__T_HANDBACK = 4, /* in the scheduler's done list, done_cb not yet called */
+  UVS__T_CLAIMED = 3,  /* a schedule call is filling it in */
+  UVS__T_HANDBACK = 4, /* on the hand-back stack, done_cb not yet called */
   UVS__T_FINISHED = 5, /* handed back; the user's again */
   UVS__T_MASK = 0xf,
   UVS__T_PERIODIC = 0x10,  /* scheduled with uvs_schedule_every */
@@ -66,10 +93,10 @@ enum {
   UVS__T_POST = 0x40,      /* library-owned node of uvs_post */
   UVS__T_DEFERRED = 0x80   /* handed back while a run_cb of it executes */
 };
-/* The high half counts the run_cbs of the task executing now: more than
- * one only after a run_cb scheduled its own task again. The hand-back waits
- * for zero; sharing the word makes "defer" and "last run ended" one atomic
- * decision. */
+/* The high half counts run_cbs of the task still executing after the task
+ * was scheduled again from inside one of them (a one-shot may do that, and
+ * its next run can start elsewhere at once). A hand-back waits for zero;
+ * sharing the word makes "defer" and "last run ended" one atomic decision. */
 #define UVS__T_RUN_ONE 0x10000u
 #define UVS__T_RUNS 0xffff0000u
 
@@ -89,14 +116,18 @@ static inline unsigned uvs__task_update(uvs_task_t* t,
   return n;
 }
 
-/* worker->state (under the lock) */
+/* worker->state (atomic): only the producer that moves it from IDLE to
+ * SCHEDULED makes the worker ready; only the loop moves it back. */
+enum { UVS__W_IDLE = 0, UVS__W_SCHEDULED = 1 };
+
+/* worker->phase (under the lock) */
 enum {
-  UVS__W_IDLE = 0,   /* no queued work, no drain */
-  UVS__W_READY = 1,  /* queued work, waiting in sched->ready or loop_ready */
-  UVS__W_POSTED = 2  /* a pool drain is posted or running */
+  UVS__P_IDLE = 0,  /* not on a ready list, no drain */
+  UVS__P_READY = 1, /* on sched->ready or sched->loop_ready */
+  UVS__P_POSTED = 2 /* a pool drain is posted or running, or a loop turn */
 };
 
-/* worker->flags (under the lock) */
+/* worker->flags (stores under the lock, loads anywhere) */
 enum {
   UVS__W_CLOSING = 1,
   UVS__W_DRAIN = 2 /* closing with UVS_DRAIN */
@@ -105,38 +136,38 @@ enum {
 /* sched->state (atomic) */
 enum { UVS__S_OPEN = 0, UVS__S_CLOSING = 1, UVS__S_CLOSED = 2 };
 
-/* sched->flags (under the lock) */
-enum {
-  UVS__S_ASYNC_SENT = 1, /* an uv_async_send is outstanding */
-  UVS__S_FIRST_TURN = 2  /* loop not yet seen an iteration since init */
-};
-
 /* ---- sched.c ----------------------------------------------------------- */
 int uvs__on_loop_thread(const uvs_sched_t* sched);
-/* Asks the loop thread to process the scheduler soon. Lock held. */
+/* Asks the loop thread to process the scheduler soon. Any thread, no lock
+ * needed. */
 void uvs__kick(uvs_sched_t* sched);
-/* Makes a worker with newly queued work ready. Lock held. */
+/* A producer moved the worker from idle to scheduled: list it as ready.
+ * Lock held. */
 void uvs__worker_make_ready(uvs_worker_t* worker);
-/* A ready worker whose FIFO became empty leaves its ready list. Lock held. */
-void uvs__worker_unready_if_empty(uvs_worker_t* worker);
-/* Ends the library's custody of a task linked nowhere: the done list for a
- * task with done_cb, released otherwise. Lock held. */
-void uvs__handback(uvs_sched_t* sched, uvs_task_t* task, int status);
-/* Takes a task out of whatever structure holds it (FIFO or timers) and hands
- * it back with UV_ECANCELED. Lock held. */
-void uvs__cancel_locked(uvs_sched_t* sched, uvs_task_t* task);
-/* Runs up to budget tasks of worker; called without the lock. */
-void uvs__run_tasks(uvs_worker_t* worker);
+/* Pushes a task onto a worker's inbox and makes the worker ready if it was
+ * idle. A new schedule passes requeue = 0 and holds no lock; a delayed task
+ * that fell due passes 1, and the caller holds the lock. */
+void uvs__worker_push(uvs_worker_t* worker, uvs_task_t* task, int requeue);
+/* Ends the library's custody of a task that is linked nowhere: the
+ * hand-back stack for a task with done_cb, released otherwise. Lock held. */
+void uvs__drop(uvs_sched_t* sched, uvs_task_t* task, int status);
+/* Cancels a queued or delayed task of worker (lock held): 0, or UV_EBUSY if
+ * a drain already took it. */
+int uvs__cancel_locked(uvs_sched_t* sched, uvs_task_t* task);
 uint64_t uvs__now_ms(void);
 
 /* ---- worker.c ---------------------------------------------------------- */
-/* Pins a worker against its close completing while a caller is inside the
- * API; returns 0 or UV_ESHUTDOWN if the worker is closed. */
+/* Pins a worker against its close completing while a caller on another
+ * thread is inside the API; returns 0 or UV_ESHUTDOWN if it is closed. */
 int uvs__worker_enter(uvs_worker_t* worker);
 void uvs__worker_leave(uvs_worker_t* worker);
 void uvs__worker_close_locked(uvs_worker_t* worker,
                               uvs_close_how_t how,
                               uvs_worker_close_cb cb);
+/* Hands back what a closing worker must not run (lock held). */
+void uvs__worker_close_sweep(uvs_worker_t* worker);
+/* Tasks accepted and not yet handed back (lock held). */
+uint64_t uvs__worker_pending(uvs_worker_t* worker);
 
 /* ---- task.c ------------------------------------------------------------ */
 int uvs__schedule(uvs_worker_t* worker,
@@ -144,8 +175,8 @@ int uvs__schedule(uvs_worker_t* worker,
                   int delayed,
                   uint64_t delay_ms,
                   uint64_t period_ms,
-                  unsigned extra_flags);
-/* For post.c: schedules a library-owned node; lock held. */
+                  unsigned flags);
+/* For uvs_post: schedules a library-owned node onto an open worker. */
 int uvs__schedule_node(uvs_worker_t* worker, uvs_task_t* task);
 /* The task now running on this thread, and whether its run_cb scheduled it
  * again (then the run hands nothing back). */
@@ -156,7 +187,8 @@ struct uvs__tls_s {
 extern _Thread_local struct uvs__tls_s uvs__tls;
 
 /* ---- post.c ------------------------------------------------------------ */
-void uvs__post_release(uvs_sched_t* sched, uvs_task_t* task); /* lock held */
+/* Lock held. */
+void uvs__post_release(uvs_sched_t* sched, uvs_task_t* task);
 void uvs__post_free_all(uvs_sched_t* sched);
 
 #endif /* UVSCHED_INTERNAL_H */

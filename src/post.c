@@ -79,29 +79,31 @@ void uvs__post_free_all(uvs_sched_t* s) {
 int uvs_post(uvs_worker_t* w, void (*fn)(void* arg), void* arg) {
   uvs_sched_t* s;
   post_node_t* node;
+  int foreign;
   int err;
 
   if (w == NULL || fn == NULL)
     return UV_EINVAL;
-  err = uvs__worker_enter(w);
-  if (err != 0)
-    return err;
   s = w->sched;
+  foreign = !uvs__on_loop_thread(s);
+  if (foreign && uvs__worker_enter(w) != 0)
+    return UV_ESHUTDOWN;
   uv_mutex_lock(&s->lock);
   if ((w->flags & UVS__W_CLOSING) ||
-      uvs__load_relaxed(&s->state) != UVS__S_OPEN) {
+      uvs__load_relaxed(&s->state) != UVS__S_OPEN)
     err = UV_ESHUTDOWN;
-  } else if ((node = node_get(s)) == NULL) {
+  else if ((node = node_get(s)) == NULL)
     err = UV_ENOMEM;
-  } else {
+  else
+    err = 0;
+  uv_mutex_unlock(&s->lock);
+  if (err == 0) {
     node->fn = fn;
     node->arg = arg;
     uvs_task_init(&node->task, post_run, NULL);
     err = uvs__schedule_node(w, &node->task);
-    if (err != 0)
-      uvs__post_release(s, &node->task);
   }
-  uv_mutex_unlock(&s->lock);
-  uvs__worker_leave(w);
+  if (foreign)
+    uvs__worker_leave(w);
   return err;
 }

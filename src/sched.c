@@ -1,13 +1,16 @@
-/* The scheduler: the loop-thread side of uvsched.
+/* The scheduler: drains, the loop-thread side, and hand-backs.
  *
- * One mutex per scheduler (sched->lock) guards every worker FIFO, the timer
- * heap, the ready lists, the hand-back list, the stats and the task, worker
- * and scheduler states. Any thread may change that state under the lock; only
- * the loop thread acts on libuv (uv_queue_work, uv_timer_*, uv_idle_*,
- * uv_ref). A thread whose change needs the loop's attention calls
- * uvs__kick(): on the loop thread that starts the idle handle, elsewhere it
- * sends the async handle (once until the loop has looked: libuv coalesces
- * sends anyway). The loop thread then runs process().
+ * The hot path takes no lock per task. A producer pushes onto its worker's
+ * lock-free inbox (inbox.c) and, only when that moves the worker from idle
+ * to scheduled, takes the scheduler's lock to list the worker as ready. A
+ * drain takes the lock once per batch of up to UVS__BATCH tasks to move them
+ * from the queue into slots, then runs them without it; each slot is
+ * claimed with one exchange, so a cancel can swap a waiting task for a
+ * tombstone instead. Finished tasks go onto a lock-free hand-back stack that
+ * the loop thread empties. The lock (sched->lock) guards the rest: ready
+ * lists, the timer wheel, the FIFO and batch bookkeeping of each worker,
+ * closes. Only the loop thread acts on libuv (uv_queue_work, uv_timer_*,
+ * uv_idle_*, uv_ref); other threads reach it with uvs__kick().
  */
 
 #include "internal.h"
@@ -17,12 +20,21 @@
 #include <string.h>
 
 enum {
-  UVS__S_KICKED = 4,         /* the loop thread kicked since process() began */
-  UVS__S_HANDLES_CLOSING = 8 /* uv_close() called on our handles */
+  UVS__S_KICKED = 1,         /* the loop thread kicked since process() began */
+  UVS__S_HANDLES_CLOSING = 2 /* uv_close() called on our handles */
 };
 
 /* What a call of process() does besides the common work. */
 enum { FIRE_TIMERS = 1, LOOP_TURN = 2 };
+
+/* With the default budget a pool drain yields its thread after a time
+ * slice rather than a count: a round trip through the loop to post the next
+ * drain costs about as much as thousands of small tasks. It looks at the
+ * clock once per batch. */
+#define UVS__SLICE_NS 1000000
+
+/* A drain's batch lives in its thread, so no worker pays for one. */
+static _Thread_local uvs_task_t* batch_slots[UVS__BATCH];
 
 static void process(uvs_sched_t* s, int what);
 
@@ -64,10 +76,11 @@ static void async_cb(uv_async_t* handle) {
   uvs_sched_t* s;
 
   s = uvs__container_of(handle, uvs_sched_t, async);
-  uv_mutex_lock(&s->lock);
-  if (s->flags & UVS__S_ASYNC_SENT)
+  if (__atomic_exchange_n(&s->async_sent, 0, __ATOMIC_ACQ_REL)) {
+    uv_mutex_lock(&s->lock);
     s->stats.wakeups++;
-  uv_mutex_unlock(&s->lock);
+    uv_mutex_unlock(&s->lock);
+  }
   process(s, 0);
 }
 
@@ -78,87 +91,111 @@ void uvs__kick(uvs_sched_t* s) {
     uv_idle_start(&s->idle, idle_cb);
     return;
   }
-  /* Sent under the lock: the loop thread decides to close the async handle
-   * under the lock too, once nothing is pending, so no send races uv_close. */
-  if (!(s->flags & UVS__S_ASYNC_SENT)) {
-    s->flags |= UVS__S_ASYNC_SENT;
+  /* Whoever kicks holds something that keeps the async handle open: a pin
+   * on a worker that can't finish closing, or a drain in flight. */
+  if (!__atomic_exchange_n(&s->async_sent, 1, __ATOMIC_ACQ_REL))
     uv_async_send(&s->async);
-  }
+}
+
+
+static uvs__queue_t* ready_list(uvs_worker_t* w) {
+  return w->where == UVS_POOL ? &w->sched->ready : &w->sched->loop_ready;
 }
 
 
 void uvs__worker_make_ready(uvs_worker_t* w) {
-  uvs_sched_t* s;
+  w->phase = UVS__P_READY;
+  uvs__queue_push(ready_list(w), &w->ready_node);
+  uvs__kick(w->sched);
+}
 
-  /* A worker that is ready already, or has a drain, will see the new work. */
-  if (w->state != UVS__W_IDLE)
+
+void uvs__worker_push(uvs_worker_t* w, uvs_task_t* t, int requeue) {
+  unsigned idle;
+
+  /* A delayed task that fell due was counted when it was accepted; it is
+   * counted again when it leaves the inbox, and the stats count the inbox
+   * meanwhile. */
+  if (requeue)
+    w->nsched--;
+  uvs__inbox_push(w, t);
+  /* The other half is after_drain(): it stores IDLE, then looks at the
+   * inbox. Either it sees this task or this load sees IDLE. */
+  if (__atomic_load_n(&w->state, __ATOMIC_SEQ_CST) != UVS__W_IDLE)
     return;
-  s = w->sched;
-  w->state = UVS__W_READY;
-  uvs__queue_push(w->where == UVS_POOL ? &s->ready : &s->loop_ready,
-                  &w->ready_node);
-  uvs__kick(s);
+  idle = UVS__W_IDLE;
+  if (!__atomic_compare_exchange_n(&w->state, &idle, UVS__W_SCHEDULED, 0,
+                                   __ATOMIC_SEQ_CST, __ATOMIC_RELAXED))
+    return;
+  if (!requeue)
+    uv_mutex_lock(&w->sched->lock);
+  uvs__worker_make_ready(w);
+  if (!requeue)
+    uv_mutex_unlock(&w->sched->lock);
 }
 
 
-/* A worker whose FIFO was emptied by a cancel or a close leaves its ready
- * list, so that no drain is posted for nothing. */
-void uvs__worker_unready_if_empty(uvs_worker_t* w) {
-  if (w->state == UVS__W_READY && uvs__queue_empty(&w->fifo)) {
-    uvs__queue_remove(&w->ready_node);
-    w->state = UVS__W_IDLE;
-  }
+static void push_done(uvs_sched_t* s, uvs_task_t* t) {
+  uvs__queue_t* top;
+
+  top = uvs__load_relaxed(&s->done_top);
+  do
+    t->node.next = top;
+  while (!__atomic_compare_exchange_n(&s->done_top, &top, &t->node, 1,
+                                      __ATOMIC_RELEASE, __ATOMIC_RELAXED));
+  /* The stack was empty: nobody asked the loop to look yet. */
+  if (top == NULL)
+    uvs__kick(s);
 }
 
 
-/* Puts a task on the done list and stops counting it as pending. */
-static void enqueue_done(uvs_sched_t* s, uvs_task_t* t) {
-  t->worker->npending--;
-  s->stats.pending--;
-  if (t->status != 0)
-    s->stats.cancelled++;
-  uvs__queue_push(&s->done, &t->node);
-  uvs__kick(s);
-}
-
-
-/* Ends the library's custody of a task that is linked nowhere. Lock held. */
-static void drop(uvs_sched_t* s, uvs_task_t* t, int status) {
+/* Moves a task with done_cb to HANDBACK; returns 0 if a run_cb of it still
+ * executes, and then the last run to end makes the hand-back (end_run). */
+static int to_handback(uvs_task_t* t, int status) {
   unsigned o;
   unsigned n;
 
-  o = uvs__load_relaxed(&t->state);
-  if ((o & UVS__T_POST) || t->done_cb == NULL) {
-    t->worker->npending--;
-    s->stats.pending--;
-    if (status != 0)
-      s->stats.cancelled++;
-    if (o & UVS__T_POST)
-      uvs__post_release(s, t);
-    else
-      uvs__task_update(t, ~UVS__T_RUNS, UVS__T_FINISHED); /* released */
-    return;
-  }
-
   t->status = status;
+  o = uvs__load_relaxed(&t->state);
   do {
     n = (o & ~UVS__T_MASK) | UVS__T_HANDBACK;
     if (o & UVS__T_RUNS)
       n |= UVS__T_DEFERRED;
   } while (!__atomic_compare_exchange_n(
       &t->state, &o, n, 1, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED));
-  /* A deferred task stays pending in its worker; the last run to end puts
-   * it on the done list (end_run). */
-  if (!(n & UVS__T_DEFERRED))
-    enqueue_done(s, t);
+  return !(n & UVS__T_DEFERRED);
 }
 
 
-/* Ends one run_cb of a task with a done_cb, outside any lock. Returns 0 when
- * the caller may go on touching the task. After a run_cb that scheduled its
- * own task again the task is no longer the caller's: returns 1, and if a
- * hand-back was waiting for this run, makes it. */
-static int end_run(uvs_task_t* t, int rescheduled) {
+void uvs__drop(uvs_sched_t* s, uvs_task_t* t, int status) {
+  uvs_worker_t* w;
+  unsigned st;
+
+  w = t->worker;
+  st = uvs__load_relaxed(&t->state);
+  if ((st & UVS__T_POST) || t->done_cb == NULL) {
+    w->nended++;
+    if (status != 0)
+      w->ncancelled++;
+    if (st & UVS__T_POST)
+      uvs__post_release(s, t);
+    else
+      uvs__store(&t->state, UVS__T_FINISHED); /* released */
+    return;
+  }
+  if (!to_handback(t, status))
+    return;
+  w->nended++;
+  if (status != 0)
+    w->ncancelled++;
+  push_done(s, t);
+}
+
+
+/* A run_cb that scheduled its own task again has returned (no lock held).
+ * If a hand-back was waiting for this run, make it. */
+static void end_run(uvs_task_t* t) {
+  uvs_worker_t* w;
   uvs_sched_t* s;
   unsigned o;
   unsigned n;
@@ -172,66 +209,87 @@ static int end_run(uvs_task_t* t, int rescheduled) {
       n &= ~UVS__T_DEFERRED;
   } while (!__atomic_compare_exchange_n(
       &t->state, &o, n, 1, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED));
-  if (take) {
-    /* Its worker can't finish closing while the task is pending in it, so
-     * the worker and its scheduler are alive. */
-    s = t->worker->sched;
-    uv_mutex_lock(&s->lock);
-    enqueue_done(s, t);
-    uv_mutex_unlock(&s->lock);
-  }
-  return rescheduled;
-}
-
-
-void uvs__handback(uvs_sched_t* s, uvs_task_t* t, int status) {
-  drop(s, t, status);
-}
-
-
-void uvs__cancel_locked(uvs_sched_t* s, uvs_task_t* t) {
-  uvs_worker_t* w;
-
+  if (!take)
+    return;
+  /* Its worker can't finish closing while the task is pending in it, so
+   * the worker and its scheduler are alive. */
   w = t->worker;
-  switch (uvs__load_relaxed(&t->state) & UVS__T_MASK) {
-    case UVS__T_QUEUED:
-      uvs__queue_remove(&t->node);
-      uvs__worker_unready_if_empty(w);
-      break;
-    case UVS__T_DELAYED:
-      uvs__timers_remove(s->timers, t);
-      uvs__queue_remove(&t->node);
-      /* The loop re-arms the timer to the new minimum when it looks. */
-      uvs__kick(s);
-      break;
-    default:
-      abort();
-  }
-  drop(s, t, UV_ECANCELED);
+  s = w->sched;
+  uv_mutex_lock(&s->lock);
+  w->nended++;
+  if (t->status != 0)
+    w->ncancelled++;
+  push_done(s, t);
+  uv_mutex_unlock(&s->lock);
 }
 
 
-/* After a run_cb returned (lock held): hand the task back, or put a periodic
- * task back on its grid. */
-static void finish_run(uvs_sched_t* s, uvs_task_t* t) {
-  uvs_worker_t* w;
-  unsigned st;
+static uvs_task_t** slot_of(const uvs_task_t* t) {
+  uintptr_t p;
+
+  p = (uintptr_t) t->node.prev;
+  return (p & 1) ? (uvs_task_t**) (p & ~(uintptr_t) 1) : NULL;
+}
+
+
+int uvs__cancel_locked(uvs_sched_t* s, uvs_task_t* t) {
+  uvs_task_t** slot;
+  uvs_task_t* expected;
+
+  if ((uvs__load_relaxed(&t->state) & UVS__T_MASK) == UVS__T_DELAYED) {
+    uvs__timers_remove(s->timers, t);
+    uvs__queue_remove(&t->node);
+    uvs__kick(s); /* the loop re-arms the timer to the new earliest */
+    uvs__drop(s, t, UV_ECANCELED);
+    return 0;
+  }
+
+  /* Queued: after the flush it is in the FIFO, or in a drain's batch with
+   * its slot tagged in node.prev; prev is NULL while a producer that has
+   * published the task is still pushing it, a few instructions away. */
+  for (;;) {
+    uvs__inbox_flush(t->worker);
+    if (t->node.prev != NULL)
+      break;
+    sched_yield();
+  }
+  slot = slot_of(t);
+  if (slot == NULL) {
+    uvs__queue_remove(&t->node);
+  } else {
+    expected = t;
+    if (!__atomic_compare_exchange_n(slot, &expected, UVS__SLOT_TOMB, 0,
+                                     __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+      return UV_EBUSY; /* the drain took it: running */
+  }
+  uvs__drop(s, t, UV_ECANCELED);
+  return 0;
+}
+
+
+/* A periodic run stands for every grid point passed by the time it starts,
+ * however long it waited in the queue or the loop was blocked. */
+static void coalesce(uvs_task_t* t) {
+  uint64_t now;
+
+  now = uvs__now_ms();
+  if (now >= t->due + t->period)
+    t->due += (now - t->due) / t->period * t->period;
+}
+
+
+/* After a periodic run (lock held): back on its grid, or handed back. */
+static void finish_periodic(uvs_sched_t* s, uvs_worker_t* w, uvs_task_t* t) {
   uint64_t now;
   uint64_t next;
 
-  w = t->worker;
-  st = uvs__load_relaxed(&t->state);
-  if (!(st & UVS__T_PERIODIC)) {
-    drop(s, t, 0);
+  if ((uvs__load_relaxed(&t->state) & UVS__T_CANCELLED) ||
+      (w->flags & UVS__W_CLOSING)) {
+    uvs__drop(s, t, UV_ECANCELED);
     return;
   }
-  if ((st & UVS__T_CANCELLED) || (w->flags & UVS__W_CLOSING)) {
-    drop(s, t, UV_ECANCELED);
-    return;
-  }
-
   /* Fixed rate: the next grid point, or, if the run overran it, the latest
-   * grid point passed, which stands for all the missed ones. */
+   * grid point passed, which stands for all those missed meanwhile. */
   now = uvs__now_ms();
   next = t->due + t->period;
   if (next <= now)
@@ -245,91 +303,158 @@ static void finish_run(uvs_sched_t* s, uvs_task_t* t) {
 }
 
 
-/* A periodic run stands for every grid point passed by the time it starts,
- * however long it waited in the FIFO or the loop was blocked. */
-static void coalesce(uvs_task_t* t) {
-  uint64_t now;
-
-  now = uvs__now_ms();
-  if (now >= t->due + t->period)
-    t->due += (now - t->due) / t->period * t->period;
-}
-
-
-void uvs__run_tasks(uvs_worker_t* w) {
-  uvs_sched_t* s;
-  uvs__queue_t* q;
-  uvs_task_t* t;
+/* Runs one task a drain took from its batch. No lock held. */
+static void run_one(uvs_sched_t* s,
+                    uvs_worker_t* w,
+                    uvs_task_t* t,
+                    uvs__queue_t* posts) {
   unsigned st;
-  unsigned n;
-  int released;
   int rescheduled;
 
-  s = w->sched;
-  uv_mutex_lock(&s->lock);
-  for (n = 0; n < s->budget; n++) {
-    q = uvs__queue_shift(&w->fifo);
-    if (q == NULL)
-      break;
-    t = uvs__container_of(q, uvs_task_t, node);
-    st = uvs__load_relaxed(&t->state);
-    released = t->done_cb == NULL;
-    if (released) {
-      /* Custody ends as run_cb is entered: count it now, touch it never
-       * again (a post node is ours and is recycled after the run). */
-      w->npending--;
-      s->stats.pending--;
-      s->stats.ran++;
-      if (!(st & UVS__T_POST))
-        uvs__task_update(t, ~UVS__T_RUNS, UVS__T_FINISHED);
-    } else {
-      if (st & UVS__T_PERIODIC)
-        coalesce(t);
-      /* One more run executing; the hand-back waits for it. */
-      uvs__task_update(t, UVS__T_MASK, UVS__T_RUNNING);
-      __atomic_fetch_add(&t->state, UVS__T_RUN_ONE, __ATOMIC_ACQ_REL);
-    }
-    uv_mutex_unlock(&s->lock);
-
+  st = uvs__load(&t->state);
+  if (t->done_cb == NULL) {
+    /* Custody ends as run_cb is entered: count it now and never touch the
+     * task again (a post node is ours: it is recycled after the run). */
+    uvs__bump(&w->nran);
+    uvs__bump(&w->nended_run);
+    if (!(st & UVS__T_POST))
+      uvs__store(&t->state, UVS__T_FINISHED);
     uvs__tls.current = t;
     uvs__tls.rescheduled = 0;
     t->run_cb(t);
-    rescheduled = uvs__tls.rescheduled;
     uvs__tls.current = NULL;
-    if (!released)
-      rescheduled = end_run(t, rescheduled);
+    if (st & UVS__T_POST)
+      uvs__queue_push(posts, &t->node);
+    return;
+  }
+
+  if (st & UVS__T_PERIODIC)
+    coalesce(t);
+  uvs__tls.current = t;
+  uvs__tls.rescheduled = 0;
+  t->run_cb(t);
+  rescheduled = uvs__tls.rescheduled;
+  uvs__tls.current = NULL;
+  uvs__bump(&w->nran);
+
+  if (rescheduled) {
+    /* The task is in a new custody already; this one ends unhanded. */
+    uvs__bump(&w->nended_run);
+    end_run(t);
+  } else if (st & UVS__T_PERIODIC) {
+    uv_mutex_lock(&s->lock);
+    finish_periodic(s, w, t);
+    uv_mutex_unlock(&s->lock);
+  } else if (to_handback(t, 0)) {
+    uvs__bump(&w->nended_run);
+    push_done(s, t);
+  }
+}
+
+
+/* Runs up to budget tasks of a worker, a batch at a time. No lock held on
+ * entry or exit. */
+static void drain(uvs_worker_t* w) {
+  uvs_sched_t* s;
+  uvs_task_t** slots;
+  uvs_task_t* t;
+  uvs__queue_t posts;
+  uvs__queue_t* q;
+  uint64_t slice_end;
+  unsigned budget;
+  unsigned ran;
+  unsigned max;
+  unsigned n;
+  unsigned i;
+
+  s = w->sched;
+  slots = batch_slots;
+  budget = s->budget;
+  slice_end = 0;
+  if (budget == 0) {
+    if (w->where == UVS_POOL) {
+      budget = UINT32_MAX;
+      slice_end = uv_hrtime() + UVS__SLICE_NS;
+    } else {
+      budget = UVS_DEFAULT_BUDGET;
+    }
+  }
+  ran = 0;
+  uvs__queue_init(&posts);
+  uv_mutex_lock(&s->lock);
+  for (;;) {
+    while ((q = uvs__queue_shift(&posts)) != NULL)
+      uvs__post_release(s, uvs__container_of(q, uvs_task_t, node));
+    if (ran >= budget)
+      break;
+    if ((w->flags & UVS__W_CLOSING) && !(w->flags & UVS__W_DRAIN)) {
+      uvs__worker_close_sweep(w); /* late arrivals don't run */
+      break;
+    }
+
+    max = budget - ran < UVS__BATCH ? budget - ran : UVS__BATCH;
+    for (n = 0; n < max; n++) {
+      t = uvs__inbox_take(w);
+      if (t == NULL)
+        break;
+      __atomic_store_n(&slots[n], t, __ATOMIC_RELAXED);
+      t->node.prev = (uvs__queue_t*) ((uintptr_t) &slots[n] | 1);
+    }
+    if (n == 0)
+      break;
+    w->batch = slots;
+    w->batch_len = n;
+    uv_mutex_unlock(&s->lock);
+
+    for (i = 0; i < n; i++) {
+      t = __atomic_exchange_n(&slots[i], UVS__SLOT_TAKEN, __ATOMIC_ACQ_REL);
+      if (t != UVS__SLOT_TOMB)
+        run_one(s, w, t, &posts);
+    }
+    ran += n;
+    if (slice_end != 0 && uv_hrtime() >= slice_end)
+      ran = budget;
 
     uv_mutex_lock(&s->lock);
-    if (st & UVS__T_POST) {
-      uvs__post_release(s, t);
-    } else if (released) {
-      /* Not ours any more. */
-    } else if (rescheduled) {
-      /* run_cb scheduled its own task again: this custody ends without a
-       * hand-back, and the task may already belong to another worker. */
-      w->npending--;
-      s->stats.pending--;
-      s->stats.ran++;
-    } else {
-      s->stats.ran++;
-      finish_run(s, t);
-    }
+    w->batch = NULL;
+    w->batch_len = 0;
   }
   uv_mutex_unlock(&s->lock);
 }
 
 
-/* A delayed task fell due: it joins the tail of its worker's FIFO. */
+/* A drain or loop turn ended (loop thread, lock held): idle, or ready again
+ * at the tail of its list so that ready workers take turns. */
+static void after_drain(uvs_worker_t* w) {
+  unsigned idle;
+
+  if ((w->flags & UVS__W_CLOSING) && !(w->flags & UVS__W_DRAIN))
+    uvs__worker_close_sweep(w);
+  w->phase = UVS__P_IDLE;
+  if (!uvs__inbox_nonempty(w)) {
+    /* The other half of uvs__worker_push()'s hand-off. */
+    __atomic_store_n(&w->state, UVS__W_IDLE, __ATOMIC_SEQ_CST);
+    if (!uvs__inbox_nonempty(w))
+      return;
+    idle = UVS__W_IDLE;
+    if (!__atomic_compare_exchange_n(&w->state, &idle, UVS__W_SCHEDULED, 0,
+                                     __ATOMIC_SEQ_CST, __ATOMIC_RELAXED))
+      return; /* a producer took it and makes it ready */
+  }
+  uvs__worker_make_ready(w);
+}
+
+
+/* A delayed task fell due: it joins the tail of its worker's queue. */
 static void fire(void* ctx, uvs_task_t* t) {
   (void) ctx;
   uvs__queue_remove(&t->node);
   uvs__task_update(t, UVS__T_MASK, UVS__T_QUEUED);
-  uvs__queue_push(&t->worker->fifo, &t->node);
-  uvs__worker_make_ready(t->worker);
+  uvs__worker_push(t->worker, t, 1);
 }
 
 
-/* Moves due delayed tasks to their workers' FIFOs. Lock held. */
+/* Moves due delayed tasks to their workers' queues. Lock held. */
 static void fire_timers(uvs_sched_t* s) {
   /* uv_timer may fire up to a ms early, and the loop's cached time lags:
    * compare with the real clock. */
@@ -365,6 +490,11 @@ static void rearm_timer(uvs_sched_t* s) {
 }
 
 
+static void drain_work(uv_work_t* req) {
+  drain(uvs__container_of(req, uvs_worker_t, work));
+}
+
+
 static void drain_after(uv_work_t* req, int status) {
   uvs_worker_t* w;
   uvs_sched_t* s;
@@ -374,20 +504,9 @@ static void drain_after(uv_work_t* req, int status) {
   s = w->sched;
   uv_mutex_lock(&s->lock);
   s->drains--;
-  if (uvs__queue_empty(&w->fifo)) {
-    w->state = UVS__W_IDLE;
-  } else {
-    /* Work left: rejoin the tail, so ready workers take turns. */
-    w->state = UVS__W_READY;
-    uvs__queue_push(&s->ready, &w->ready_node);
-  }
+  after_drain(w);
   uv_mutex_unlock(&s->lock);
   process(s, 0);
-}
-
-
-static void drain_work(uv_work_t* req) {
-  uvs__run_tasks(uvs__container_of(req, uvs_worker_t, work));
 }
 
 
@@ -403,7 +522,7 @@ static void dispatch(uvs_sched_t* s) {
 
   while (slot_free(s) && (q = uvs__queue_shift(&s->ready)) != NULL) {
     w = uvs__container_of(q, uvs_worker_t, ready_node);
-    w->state = UVS__W_POSTED;
+    w->phase = UVS__P_POSTED;
     s->drains++;
     s->stats.drains++;
     if (uv_queue_work(s->loop, &w->work, drain_work, drain_after) != 0)
@@ -424,40 +543,38 @@ static void run_loop_workers(uvs_sched_t* s) {
   uvs__queue_move(&s->loop_ready, &turn);
   while ((q = uvs__queue_shift(&turn)) != NULL) {
     w = uvs__container_of(q, uvs_worker_t, ready_node);
-    w->state = UVS__W_POSTED;
+    w->phase = UVS__P_POSTED;
     uv_mutex_unlock(&s->lock);
-    uvs__run_tasks(w);
+    drain(w);
     uv_mutex_lock(&s->lock);
-    if (uvs__queue_empty(&w->fifo)) {
-      w->state = UVS__W_IDLE;
-    } else {
-      w->state = UVS__W_READY;
-      uvs__queue_push(&s->loop_ready, &w->ready_node);
-    }
+    after_drain(w);
   }
   uv_mutex_unlock(&s->lock);
 }
 
 
-/* Calls done_cb for everything handed back so far. */
+/* Calls done_cb for everything handed back so far, oldest first. */
 static void deliver(uvs_sched_t* s) {
-  uvs__queue_t batch;
   uvs__queue_t* q;
+  uvs__queue_t* next;
+  uvs__queue_t* fifo;
   uvs_task_t* t;
   uvs_done_cb done;
   int status;
 
-  uvs__queue_init(&batch);
-  uv_mutex_lock(&s->lock);
-  uvs__queue_move(&s->done, &batch);
-  uv_mutex_unlock(&s->lock);
-
-  while ((q = uvs__queue_shift(&batch)) != NULL) {
+  q = __atomic_exchange_n(&s->done_top, NULL, __ATOMIC_ACQUIRE);
+  for (fifo = NULL; q != NULL; q = next) {
+    next = q->next;
+    q->next = fifo;
+    fifo = q;
+  }
+  for (q = fifo; q != NULL; q = next) {
+    next = q->next;
     t = uvs__container_of(q, uvs_task_t, node);
     done = t->done_cb;
     status = t->status;
     /* From here the task is the user's: done_cb may free or reschedule it. */
-    uvs__task_update(t, ~UVS__T_RUNS, UVS__T_FINISHED);
+    uvs__store(&t->state, UVS__T_FINISHED);
     done(t, status);
   }
 }
@@ -493,41 +610,59 @@ static void handle_closed(uv_handle_t* handle) {
 }
 
 
+static int closable(uvs_worker_t* w) {
+  return w->phase == UVS__P_IDLE && !uvs__inbox_nonempty(w) &&
+         uvs__worker_pending(w) == 0;
+}
+
+
 /* Completes the closes that can complete. Returns 1 when the scheduler has
- * begun closing its handles: then the caller must not touch them. */
+ * begun closing its handles: then the caller must not touch them. Lock not
+ * held on entry or exit. */
 static int finish_closes(uvs_sched_t* s) {
   uvs__queue_t* q;
   uvs_worker_t* w;
   uvs_worker_close_cb cb;
 
+  uv_mutex_lock(&s->lock);
   for (;;) {
-    uv_mutex_lock(&s->lock);
     /* A worker closes after the done_cb of its last task: deliver first. */
-    if (!uvs__queue_empty(&s->done)) {
+    if (uvs__load(&s->done_top) != NULL) {
       uv_mutex_unlock(&s->lock);
       return 0;
     }
     w = NULL;
     for (q = s->closing.next; q != &s->closing; q = q->next) {
       w = uvs__container_of(q, uvs_worker_t, list_node);
-      if (w->npending == 0 && w->state != UVS__W_POSTED)
+      if (closable(w))
         break;
       w = NULL;
     }
     if (w == NULL)
       break;
+
+    if (!uvs__load_relaxed(&w->closed)) {
+      /* Callers on other threads that got in before the close may still
+       * push: shut the door, wait for them, then look again. */
+      __atomic_store_n(&w->closed, 1, __ATOMIC_SEQ_CST);
+      uv_mutex_unlock(&s->lock);
+      wait_for_callers(&w->inflight);
+      uv_mutex_lock(&s->lock);
+      if (!(w->flags & UVS__W_DRAIN))
+        uvs__worker_close_sweep(w);
+      continue;
+    }
+
     uvs__queue_remove(&w->list_node);
-    if (w->state == UVS__W_READY)
-      uvs__queue_remove(&w->ready_node);
-    w->state = UVS__W_IDLE;
+    s->stats.scheduled += w->nsched;
+    s->stats.ran += uvs__load(&w->nran);
+    s->stats.cancelled += w->ncancelled;
     cb = w->close_cb;
     w->close_cb = NULL;
     uv_mutex_unlock(&s->lock);
-
-    __atomic_store_n(&w->closed, 1, __ATOMIC_SEQ_CST);
-    wait_for_callers(&w->inflight);
     if (cb != NULL)
       cb(w);
+    uv_mutex_lock(&s->lock);
   }
 
   if (uvs__load_relaxed(&s->state) != UVS__S_CLOSING ||
@@ -553,8 +688,8 @@ static void process(uvs_sched_t* s, int what) {
   int more;
 
   publish_now(s);
+  s->flags &= ~UVS__S_KICKED;
   uv_mutex_lock(&s->lock);
-  s->flags &= ~(UVS__S_KICKED | UVS__S_ASYNC_SENT);
   if (what & FIRE_TIMERS)
     fire_timers(s);
   dispatch(s);
@@ -570,7 +705,7 @@ static void process(uvs_sched_t* s, int what) {
   dispatch(s); /* for work that done callbacks just scheduled */
   rearm_timer(s);
   more = (s->flags & UVS__S_KICKED) || !uvs__queue_empty(&s->loop_ready) ||
-         !uvs__queue_empty(&s->done) ||
+         uvs__load(&s->done_top) != NULL ||
          (!uvs__queue_empty(&s->ready) && slot_free(s));
   uv_mutex_unlock(&s->lock);
 
@@ -620,10 +755,8 @@ int uvs_sched_init(uv_loop_t* loop,
 
   s->loop = loop;
   s->thread = uv_thread_self();
-  s->budget = UVS_DEFAULT_BUDGET;
   if (options != NULL) {
-    if (options->budget != 0)
-      s->budget = options->budget;
+    s->budget = options->budget; /* 0: the defaults, see drain() */
     s->max_concurrency = options->max_concurrency;
     s->keep_alive = options->keep_alive != 0;
     s->linger_us = options->linger_us;
@@ -632,7 +765,7 @@ int uvs_sched_init(uv_loop_t* loop,
   uvs__queue_init(&s->closing);
   uvs__queue_init(&s->ready);
   uvs__queue_init(&s->loop_ready);
-  uvs__queue_init(&s->done);
+  uvs__store(&s->done_top, NULL);
   s->handles = 3;
   s->timer_due = UINT64_MAX;
   uvs__store(&s->state, UVS__S_OPEN);
@@ -687,6 +820,22 @@ uint64_t uvs_now(const uvs_sched_t* sched) {
 }
 
 
+static void add_worker_stats(uvs__queue_t* list, uvs_stats_t* out) {
+  uvs__queue_t* q;
+  uvs_worker_t* w;
+  uint64_t inbox;
+
+  for (q = list->next; q != list; q = q->next) {
+    w = uvs__container_of(q, uvs_worker_t, list_node);
+    inbox = uvs__inbox_count(w);
+    out->scheduled += w->nsched + inbox;
+    out->ran += uvs__load(&w->nran);
+    out->cancelled += w->ncancelled;
+    out->pending += uvs__worker_pending(w) + inbox;
+  }
+}
+
+
 void uvs_sched_stats(const uvs_sched_t* sched, uvs_stats_t* out) {
   uvs_sched_t* s;
 
@@ -700,6 +849,9 @@ void uvs_sched_stats(const uvs_sched_t* sched, uvs_stats_t* out) {
   } else {
     uv_mutex_lock(&s->lock);
     *out = s->stats;
+    out->pending = 0;
+    add_worker_stats(&s->workers, out);
+    add_worker_stats(&s->closing, out);
     uv_mutex_unlock(&s->lock);
   }
   uvs__sub(&s->inflight, 1);

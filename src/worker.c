@@ -1,5 +1,6 @@
 /* Workers: creation, close, and the pin that keeps a worker (and so its
- * scheduler) from completing its close while a caller is inside the API. */
+ * scheduler) from completing its close while a caller on another thread is
+ * inside the API. */
 
 #include "internal.h"
 
@@ -24,6 +25,13 @@ void uvs__worker_leave(uvs_worker_t* w) {
 }
 
 
+uint64_t uvs__worker_pending(uvs_worker_t* w) {
+  /* A task is counted in nsched before a drain can take it, so this never
+   * undercounts. Tasks still in the inbox are not included. */
+  return w->nsched - uvs__load(&w->nended_run) - w->nended;
+}
+
+
 int uvs_worker_init(uvs_sched_t* s, uvs_worker_t* w, uvs_where_t where) {
   int err;
 
@@ -40,7 +48,7 @@ int uvs_worker_init(uvs_sched_t* s, uvs_worker_t* w, uvs_where_t where) {
            sizeof(*w) - offsetof(uvs_worker_t, sched));
     w->sched = s;
     w->where = where;
-    uvs__queue_init(&w->fifo);
+    uvs__inbox_init(w);
     uvs__queue_init(&w->delayed);
     uvs__queue_init(&w->ready_node);
     uvs__queue_push(&s->workers, &w->list_node);
@@ -53,6 +61,27 @@ out:
 }
 
 
+void uvs__worker_close_sweep(uvs_worker_t* w) {
+  uvs_sched_t* s;
+  uvs_task_t* t;
+  unsigned i;
+
+  s = w->sched;
+  uvs__inbox_flush(w);
+  while ((t = uvs__inbox_take(w)) != NULL)
+    uvs__drop(s, t, UV_ECANCELED);
+  /* Tasks of a running drain's batch that it has not taken yet. */
+  for (i = 0; i < w->batch_len; i++) {
+    t = __atomic_load_n(&w->batch[i], __ATOMIC_ACQUIRE);
+    if (t == UVS__SLOT_TAKEN || t == UVS__SLOT_TOMB)
+      continue;
+    if (__atomic_compare_exchange_n(&w->batch[i], &t, UVS__SLOT_TOMB, 0,
+                                    __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+      uvs__drop(s, t, UV_ECANCELED);
+  }
+}
+
+
 void uvs__worker_close_locked(uvs_worker_t* w,
                               uvs_close_how_t how,
                               uvs_worker_close_cb cb) {
@@ -62,7 +91,10 @@ void uvs__worker_close_locked(uvs_worker_t* w,
   uint64_t now;
 
   s = w->sched;
-  w->flags |= UVS__W_CLOSING | (how == UVS_DRAIN ? UVS__W_DRAIN : 0);
+  /* Producers on other threads read the flags without the lock. */
+  __atomic_store_n(&w->flags,
+                   w->flags | UVS__W_CLOSING | (how == UVS_DRAIN ? UVS__W_DRAIN : 0),
+                   __ATOMIC_SEQ_CST);
   w->close_cb = cb;
   uvs__queue_remove(&w->list_node);
   uvs__queue_push(&s->closing, &w->list_node);
@@ -74,18 +106,13 @@ void uvs__worker_close_locked(uvs_worker_t* w,
     uvs__timers_remove(s->timers, t);
     if (how == UVS_DRAIN && t->due <= now) {
       uvs__task_update(t, UVS__T_MASK, UVS__T_QUEUED);
-      uvs__queue_push(&w->fifo, &t->node);
-      uvs__worker_make_ready(w);
+      uvs__worker_push(w, t, 1);
     } else {
-      uvs__handback(s, t, UV_ECANCELED);
+      uvs__drop(s, t, UV_ECANCELED);
     }
   }
-
-  if (how == UVS_CANCEL) {
-    while ((q = uvs__queue_shift(&w->fifo)) != NULL)
-      uvs__handback(s, uvs__container_of(q, uvs_task_t, node), UV_ECANCELED);
-    uvs__worker_unready_if_empty(w);
-  }
+  if (how == UVS_CANCEL)
+    uvs__worker_close_sweep(w);
 
   /* The loop completes the close (and re-arms the timer) when it looks. */
   uvs__kick(s);

@@ -11,9 +11,10 @@ struct uvs__queue_s {
   struct uvs__queue_s* prev;
 };
 
-/* A task is in at most one list through `node` (its worker's FIFO, its
- * worker's delayed list, or the scheduler's hand-back list) and, while
- * delayed, in a slot of the timer wheel through `tnode`. */
+/* A task is in at most one place through `node`: its worker's inbox (next
+ * only), FIFO or delayed list, the scheduler's hand-back stack (next only),
+ * or a drain's batch (prev holds its slot, tagged). While delayed it is also
+ * in a slot of the timer wheel through `tnode`. */
 #define UVS_TASK_PRIVATE_FIELDS                                                \
   struct uvs__queue_s node;                                                    \
   struct uvs__queue_s tnode;                                                   \
@@ -24,17 +25,31 @@ struct uvs__queue_s {
   int status;
 
 #define UVS_WORKER_PRIVATE_FIELDS                                              \
-  uv_work_t work;                                                              \
-  struct uvs__queue_s fifo;     /* queued tasks */                             \
-  struct uvs__queue_s delayed;  /* tasks in the timer wheel */                 \
+  /* Producer side: written by schedule calls on any thread. */                \
+  struct uvs__queue_s* inbox_tail; /* atomic: MPSC inbox, producers swap */    \
+  unsigned state;                  /* atomic: idle or scheduled */             \
+  unsigned inflight;               /* atomic: callers pinned in the API */     \
+  unsigned closed;                 /* atomic */                                \
+  unsigned flags;                  /* atomic loads, stores under the lock */   \
+  /* Consumer side: under the scheduler's lock. */                             \
+  struct uvs__queue_s inbox_stub;                                              \
+  struct uvs__queue_s* inbox_head;                                             \
+  struct uvs__queue_s fifo;       /* moved out of the inbox, unlinkable */     \
+  struct uvs__queue_s delayed;    /* its tasks in the timer wheel */           \
   struct uvs__queue_s ready_node;                                              \
   struct uvs__queue_s list_node;                                               \
+  uvs_task_t** batch;             /* the running drain's slots, or NULL */     \
+  unsigned batch_len;                                                          \
+  unsigned phase;                 /* idle, ready or posted */                  \
+  uv_work_t work;                                                              \
   uvs_worker_close_cb close_cb;                                                \
-  uint64_t npending; /* accepted, not yet handed back */                       \
-  unsigned state;                                                              \
-  unsigned flags;                                                              \
-  unsigned closed;   /* atomic */                                              \
-  unsigned inflight; /* atomic: callers inside the API on this worker */
+  /* Written by the one drain running (relaxed atomics). */                    \
+  uint64_t nran;                                                               \
+  uint64_t nended_run;                                                         \
+  /* Under the lock. */                                                        \
+  uint64_t nsched; /* accepted: delayed, or moved out of the inbox */          \
+  uint64_t nended;                                                             \
+  uint64_t ncancelled;
 
 #define UVS_SCHED_PRIVATE_FIELDS                                               \
   uv_async_t async;                                                            \
@@ -47,21 +62,22 @@ struct uvs__queue_s {
   struct uvs__queue_s closing;    /* workers being closed */                   \
   struct uvs__queue_s ready;      /* pool workers waiting for a drain */       \
   struct uvs__queue_s loop_ready; /* loop workers with work */                 \
-  struct uvs__queue_s done;       /* tasks waiting for done_cb */              \
+  struct uvs__queue_s* done_top;  /* atomic: stack of handed-back tasks */     \
   struct uvs__timers_s* timers;                                                \
   void* post_free;                                                             \
   void* post_chunks;                                                           \
   uint64_t timer_due;                                                          \
   uint64_t now; /* atomic */                                                   \
-  uvs_stats_t stats;                                                           \
+  uvs_stats_t stats; /* closed workers' totals, drains, wakeups */             \
   unsigned max_concurrency;                                                    \
   unsigned budget;                                                             \
   unsigned linger_us;                                                          \
   unsigned drains;                                                             \
-  unsigned state;    /* atomic */                                              \
-  unsigned flags;                                                              \
-  unsigned inflight; /* atomic: callers inside the API on this scheduler */   \
-  unsigned handles;  /* libuv handles still open */                            \
+  unsigned state;      /* atomic */                                            \
+  unsigned flags;      /* loop thread only */                                  \
+  unsigned async_sent; /* atomic */                                            \
+  unsigned inflight;   /* atomic: callers inside the API on this scheduler */ \
+  unsigned handles;    /* libuv handles still open */                          \
   int keep_alive;
 
 #endif /* UVSCHED_PRIVATE_H */

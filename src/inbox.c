@@ -1,0 +1,136 @@
+/* The per-worker queue: a lock-free multi-producer inbox in front of an
+ * unlinkable FIFO.
+ *
+ * The inbox is Vyukov's intrusive MPSC queue: a producer swaps itself in as
+ * the tail (one atomic exchange) and then links its predecessor to itself.
+ * Its consumer is whoever holds the scheduler's lock: a drain taking a
+ * batch, a cancel, or a close. A cancel can't take a task out of the middle
+ * of a singly-linked inbox, so it first flushes the inbox into the FIFO, a
+ * doubly-linked list; each task is flushed at most once, so that costs O(1)
+ * per task over its life.
+ */
+
+#include "internal.h"
+
+#include <sched.h>
+
+
+void uvs__inbox_init(uvs_worker_t* w) {
+  w->inbox_stub.next = NULL;
+  w->inbox_head = &w->inbox_stub;
+  uvs__store(&w->inbox_tail, &w->inbox_stub);
+  uvs__queue_init(&w->fifo);
+}
+
+
+static void push_node(uvs_worker_t* w, uvs__queue_t* n) {
+  uvs__queue_t* prev;
+
+  uvs__store_relaxed(&n->next, NULL);
+  /* seq_cst: this exchange and the producer's load of worker->state, and
+   * the loop's store of the state and its load of the tail, are the two
+   * halves of the hand-off that decides who makes the worker ready. */
+  prev = __atomic_exchange_n(&w->inbox_tail, n, __ATOMIC_SEQ_CST);
+  uvs__store(&prev->next, n);
+}
+
+
+void uvs__inbox_push(uvs_worker_t* w, uvs_task_t* t) {
+  /* prev == NULL marks "in the inbox, or on its way there" for cancel. */
+  t->node.prev = NULL;
+  push_node(w, &t->node);
+}
+
+
+int uvs__inbox_nonempty(uvs_worker_t* w) {
+  if (!uvs__queue_empty(&w->fifo) || w->inbox_head != &w->inbox_stub)
+    return 1;
+  return __atomic_load_n(&w->inbox_tail, __ATOMIC_SEQ_CST) != &w->inbox_stub;
+}
+
+
+/* Pops the oldest inbox node. Returns NULL when empty, and also, for a
+ * moment, when a producer has swapped the tail but not linked yet; then
+ * *busy is set. */
+static uvs__queue_t* pop(uvs_worker_t* w, int* busy) {
+  uvs__queue_t* head;
+  uvs__queue_t* next;
+
+  *busy = 0;
+  head = w->inbox_head;
+  next = uvs__load(&head->next);
+  if (head == &w->inbox_stub) {
+    if (next == NULL) {
+      *busy = uvs__load(&w->inbox_tail) != head;
+      return NULL;
+    }
+    w->inbox_head = next;
+    head = next;
+    next = uvs__load(&next->next);
+  }
+  if (next != NULL) {
+    w->inbox_head = next;
+    return head;
+  }
+  if (uvs__load(&w->inbox_tail) != head) {
+    *busy = 1;
+    return NULL;
+  }
+  /* head is the last node: put the stub behind it so that it can go. */
+  push_node(w, &w->inbox_stub);
+  next = uvs__load(&head->next);
+  if (next != NULL) {
+    w->inbox_head = next;
+    return head;
+  }
+  *busy = 1;
+  return NULL;
+}
+
+
+void uvs__inbox_flush(uvs_worker_t* w) {
+  uvs__queue_t* n;
+  int busy;
+
+  for (;;) {
+    n = pop(w, &busy);
+    if (n != NULL) {
+      w->nsched++;
+      uvs__queue_push(&w->fifo, n);
+      continue;
+    }
+    if (!busy)
+      return;
+    /* A producer is between its two steps; it finishes in a few
+     * instructions unless preempted. */
+    sched_yield();
+  }
+}
+
+
+uvs_task_t* uvs__inbox_take(uvs_worker_t* w) {
+  uvs__queue_t* n;
+  int busy;
+
+  n = uvs__queue_shift(&w->fifo);
+  if (n == NULL) {
+    n = pop(w, &busy); /* a push in progress is picked up next time */
+    if (n == NULL)
+      return NULL;
+    w->nsched++;
+  }
+  return uvs__container_of(n, uvs_task_t, node);
+}
+
+
+uint64_t uvs__inbox_count(uvs_worker_t* w) {
+  uvs__queue_t* n;
+  uint64_t count;
+
+  /* As the consumer would see them, stopping at a link in progress. */
+  count = 0;
+  for (n = w->inbox_head; n != NULL; n = uvs__load(&n->next))
+    if (n != &w->inbox_stub)
+      count++;
+  return count;
+}
