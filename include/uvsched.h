@@ -53,8 +53,9 @@ typedef struct uvs_sched_options_s {
   unsigned linger_us;
 } uvs_sched_options_t;
 
-/* The default budget of a loop turn. A pool drain with the default budget
- * yields after a time slice of about 1 ms instead (docs/design.rst). */
+/* The batch size of drains and loop turns. With budget 0 (the default) a
+ * drain or loop turn yields after a time slice of about 1 ms instead of a
+ * count (docs/design.rst). */
 #define UVS_DEFAULT_BUDGET 64
 
 typedef struct uvs_stats_s {

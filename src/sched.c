@@ -27,11 +27,14 @@ enum {
 /* What a call of process() does besides the common work. */
 enum { FIRE_TIMERS = 1, LOOP_TURN = 2 };
 
-/* With the default budget a pool drain yields its thread after a time
- * slice rather than a count: a round trip through the loop to post the next
- * drain costs about as much as thousands of small tasks. It looks at the
- * clock once per batch. */
+/* With the default budget a drain or loop turn yields after a time slice
+ * rather than a count: a round trip through the loop to post the next drain
+ * costs about as much as thousands of small tasks, and a loop turn of a few
+ * dozen tasks makes a backlog of small ones wait for many loop iterations.
+ * It looks at the clock after each batch; batches start small and double,
+ * so long tasks overshoot the slice by a few tasks, not by a full batch. */
 #define UVS__SLICE_NS 1000000
+#define UVS__FIRST_BATCH 8
 
 /* A drain's batch lives in its thread, so no worker pays for one. */
 static _Thread_local uvs_task_t* batch_slots[UVS__BATCH];
@@ -361,6 +364,7 @@ static void drain(uvs_worker_t* w) {
   uvs__queue_t posts;
   uvs__queue_t* q;
   uint64_t slice_end;
+  unsigned batch_max;
   unsigned budget;
   unsigned ran;
   unsigned max;
@@ -371,13 +375,11 @@ static void drain(uvs_worker_t* w) {
   slots = batch_slots;
   budget = s->budget;
   slice_end = 0;
+  batch_max = UVS__BATCH;
   if (budget == 0) {
-    if (w->where == UVS_POOL) {
-      budget = UINT32_MAX;
-      slice_end = uv_hrtime() + UVS__SLICE_NS;
-    } else {
-      budget = UVS_DEFAULT_BUDGET;
-    }
+    budget = UINT32_MAX;
+    slice_end = uv_hrtime() + UVS__SLICE_NS;
+    batch_max = UVS__FIRST_BATCH;
   }
   ran = 0;
   uvs__queue_init(&posts);
@@ -392,7 +394,7 @@ static void drain(uvs_worker_t* w) {
       break;
     }
 
-    max = budget - ran < UVS__BATCH ? budget - ran : UVS__BATCH;
+    max = budget - ran < batch_max ? budget - ran : batch_max;
     for (n = 0; n < max; n++) {
       t = uvs__inbox_take(w);
       if (t == NULL)
@@ -412,8 +414,12 @@ static void drain(uvs_worker_t* w) {
         run_one(s, w, t, &posts);
     }
     ran += n;
-    if (slice_end != 0 && uv_hrtime() >= slice_end)
-      ran = budget;
+    if (slice_end != 0) {
+      if (uv_hrtime() >= slice_end)
+        ran = budget;
+      else if (batch_max < UVS__BATCH)
+        batch_max *= 2;
+    }
 
     uv_mutex_lock(&s->lock);
     w->batch = NULL;

@@ -80,9 +80,39 @@ TEST_IMPL(budget_loop_per_turn) {
 }
 
 
+/* With the default budget a loop turn yields after a time slice of about
+ * 1 ms, looking at the clock after batches of 8, 16, ... tasks: tasks that
+ * each take 200 us end a turn after the first batch of 8. */
+static void spin_run_cb(uvs_task_t* task) {
+  (void) task;
+  test_spin_us(200);
+  turn_runs++;
+  loop_runs++;
+}
+
+
 TEST_IMPL(budget_loop_default) {
-  ASSERT_EQ(UVS_DEFAULT_BUDGET, 64);
-  budget_per_turn(0, 300, UVS_DEFAULT_BUDGET);
+  uvs_task_t t[40];
+  int i;
+
+  ASSERT_OK(uv_loop_init(&loop));
+  ASSERT_OK(uvs_sched_init(&loop, &sched, NULL));
+  ASSERT_OK(uvs_worker_init(&sched, &workers[0], UVS_LOOP));
+  ASSERT_OK(uv_prepare_init(&loop, &prepare));
+  ASSERT_OK(uv_prepare_start(&prepare, prepare_cb));
+  uv_unref((uv_handle_t*) &prepare);
+  for (i = 0; i < 40; i++) {
+    ASSERT_OK(uvs_task_init(&t[i], spin_run_cb, done_cb));
+    ASSERT_OK(uvs_schedule(&workers[0], &t[i]));
+  }
+  ASSERT_OK(uv_run(&loop, UV_RUN_DEFAULT));
+  prepare_cb(&prepare);
+  ASSERT_EQ(loop_runs, 40);
+  ASSERT_EQ(done_calls, 40);
+  ASSERT_EQ(max_turn_runs, 8);
+  ASSERT_GE(turns_with_runs, 5);
+  uv_close((uv_handle_t*) &prepare, NULL);
+  TEST_CLOSE_SCHED_AND_LOOP(&loop, &sched, UVS_CANCEL);
   return 0;
 }
 
