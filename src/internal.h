@@ -155,6 +155,9 @@ void uvs__drop(uvs_sched_t* sched, uvs_task_t* task, int status);
  * a drain already took it. */
 int uvs__cancel_locked(uvs_sched_t* sched, uvs_task_t* task);
 uint64_t uvs__now_ms(void);
+/* A task due at `due` entered the wheel (lock held): asks the loop to re-arm
+ * the timer if it would fire too late, once until it has. */
+void uvs__timer_needed(uvs_sched_t* sched, uint64_t due);
 
 /* ---- worker.c ---------------------------------------------------------- */
 /* Pins a worker against its close completing while a caller on another

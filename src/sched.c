@@ -240,9 +240,10 @@ int uvs__cancel_locked(uvs_sched_t* s, uvs_task_t* t) {
   uvs_task_t* expected;
 
   if ((uvs__load_relaxed(&t->state) & UVS__T_MASK) == UVS__T_DELAYED) {
+    /* The timer may stay armed for it: it fires, finds nothing due and
+     * re-arms, which is cheaper than re-arming on every cancel. */
     uvs__timers_remove(s->timers, t);
     uvs__queue_remove(&t->node);
-    uvs__kick(s); /* the loop re-arms the timer to the new earliest */
     uvs__drop(s, t, UV_ECANCELED);
     return 0;
   }
@@ -301,8 +302,7 @@ static void finish_periodic(uvs_sched_t* s, uvs_worker_t* w, uvs_task_t* t) {
   uvs__task_update(t, UVS__T_MASK, UVS__T_DELAYED);
   uvs__timers_insert(s->timers, t);
   uvs__queue_push(&w->delayed, &t->node);
-  if (next < s->timer_due)
-    uvs__kick(s); /* the timer needs re-arming */
+  uvs__timer_needed(s, next);
 }
 
 
@@ -468,11 +468,20 @@ static void fire_timers(uvs_sched_t* s) {
 }
 
 
+void uvs__timer_needed(uvs_sched_t* s, uint64_t due) {
+  if (due < s->timer_due && due < s->timer_asked) {
+    s->timer_asked = due;
+    uvs__kick(s);
+  }
+}
+
+
 static void rearm_timer(uvs_sched_t* s) {
   uint64_t due;
   uint64_t loop_now;
   uint64_t timeout;
 
+  s->timer_asked = UINT64_MAX;
   due = uvs__timers_next(s->timers);
   if (due == UINT64_MAX) {
     uv_timer_stop(&s->timer);
@@ -774,6 +783,7 @@ int uvs_sched_init(uv_loop_t* loop,
   uvs__store(&s->done_top, NULL);
   s->handles = 3;
   s->timer_due = UINT64_MAX;
+  s->timer_asked = UINT64_MAX;
   uvs__store(&s->state, UVS__S_OPEN);
   uvs__store(&s->now, uv_now(loop));
 

@@ -129,8 +129,7 @@ static int accept_later(uvs_worker_t* w,
     uvs__timers_insert(s->timers, t);
     uvs__queue_push(&w->delayed, &t->node);
     w->nsched++;
-    if (t->due < s->timer_due)
-      uvs__kick(s); /* the timer needs re-arming */
+    uvs__timer_needed(s, t->due);
   }
   uv_mutex_unlock(&s->lock);
   return err;

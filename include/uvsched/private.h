@@ -66,7 +66,8 @@ struct uvs__queue_s {
   struct uvs__timers_s* timers;                                                \
   void* post_free;                                                             \
   void* post_chunks;                                                           \
-  uint64_t timer_due;                                                          \
+  uint64_t timer_due;   /* what the uv_timer is armed for */                  \
+  uint64_t timer_asked; /* earliest due asked for since it was armed */        \
   uint64_t now; /* atomic */                                                   \
   uvs_stats_t stats; /* closed workers' totals, drains, wakeups */             \
   unsigned max_concurrency;                                                    \
