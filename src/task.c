@@ -153,6 +153,9 @@ int uvs__schedule(uvs_worker_t* w,
   if (delayed && delay_ms > UVS__MAX_MS)
     return UV_EINVAL;
 
+  /* A closed worker's scheduler may be gone: answer before touching it. */
+  if (uvs__load(&w->closed))
+    return UV_ESHUTDOWN;
   /* A call on the loop thread can't race a close completing (that happens
    * on the loop thread too), so only other threads pin the worker. */
   s = w->sched;

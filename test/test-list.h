@@ -171,6 +171,7 @@ TEST_DECLARE(worker_close_foreign_thread)
 TEST_DECLARE(worker_init_in_run_cb)
 TEST_DECLARE(worker_close_cancel_running_periodic)
 TEST_DECLARE(worker_close_drain_running_periodic)
+TEST_DECLARE(worker_closed_outlives_sched)
 
 /* test-wheel.c */
 TEST_DECLARE(wheel_model_random)
@@ -323,6 +324,7 @@ static const test_entry_t TESTS[] = {
   TEST_ENTRY(worker_init_in_run_cb)
   TEST_ENTRY(worker_close_cancel_running_periodic)
   TEST_ENTRY(worker_close_drain_running_periodic)
+  TEST_ENTRY(worker_closed_outlives_sched)
   TEST_ENTRY(wheel_model_random)
   {NULL, NULL}
 };

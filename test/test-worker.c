@@ -838,3 +838,40 @@ TEST_IMPL(worker_close_drain_running_periodic) {
   close_with_running_periodic(UVS_DRAIN);
   return 0;
 }
+
+
+/* After its close callback a worker's memory may outlive its scheduler's:
+ * schedules and posts onto it answer UV_ESHUTDOWN without touching the
+ * (freed) scheduler. ASan reports it if they do. */
+static void free_sched_cb(uvs_sched_t* s) {
+  free(s);
+}
+
+
+static void nop_fn(void* arg) {
+  (void) arg;
+}
+
+
+TEST_IMPL(worker_closed_outlives_sched) {
+  uvs_sched_t* s;
+  uvs_task_t t;
+
+  ASSERT_OK(uv_loop_init(&loop));
+  s = malloc(sizeof(*s));
+  ASSERT_NOT_NULL(s);
+  ASSERT_OK(uvs_sched_init(&loop, s, NULL));
+  ASSERT_OK(uvs_worker_init(s, &worker, UVS_POOL));
+  ASSERT_OK(uvs_worker_init(s, &worker2, UVS_LOOP));
+  ASSERT_OK(uvs_sched_close(s, UVS_CANCEL, free_sched_cb));
+  ASSERT_OK(uv_run(&loop, UV_RUN_DEFAULT));
+  ASSERT_OK(uvs_task_init(&t, item_run_cb, item_done_cb));
+  ASSERT_ERR(uvs_schedule(&worker, &t), UV_ESHUTDOWN);
+  ASSERT_ERR(uvs_schedule_after(&worker2, &t, 5), UV_ESHUTDOWN);
+  ASSERT_ERR(uvs_schedule_every(&worker, &t, 5, 5), UV_ESHUTDOWN);
+  ASSERT_ERR(uvs_post(&worker2, nop_fn, NULL), UV_ESHUTDOWN);
+  ASSERT_ERR(uvs_worker_close(&worker, UVS_CANCEL, NULL), UV_EINVAL);
+  ASSERT_EQ(done_calls, 0);
+  ASSERT_OK(uv_loop_close(&loop));
+  return 0;
+}
