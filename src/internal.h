@@ -164,6 +164,10 @@ void uvs__timer_needed(uvs_sched_t* sched, uint64_t due);
  * thread is inside the API; returns 0 or UV_ESHUTDOWN if it is closed. */
 int uvs__worker_enter(uvs_worker_t* worker);
 void uvs__worker_leave(uvs_worker_t* worker);
+/* Pins the worker if the caller is not on its loop's thread (*pinned says
+ * so; unpin with uvs__worker_leave). Returns UV_ESHUTDOWN if it is
+ * closed. Never reads the scheduler. */
+int uvs__worker_pin(uvs_worker_t* worker, int* pinned);
 void uvs__worker_close_locked(uvs_worker_t* worker,
                               uvs_close_how_t how,
                               uvs_worker_close_cb cb);

@@ -84,13 +84,9 @@ int uvs_post(uvs_worker_t* w, void (*fn)(void* arg), void* arg) {
 
   if (w == NULL || fn == NULL)
     return UV_EINVAL;
-  /* A closed worker's scheduler may be gone: answer before touching it. */
-  if (uvs__load(&w->closed))
+  if (uvs__worker_pin(w, &foreign) != 0)
     return UV_ESHUTDOWN;
   s = w->sched;
-  foreign = !uvs__on_loop_thread(s);
-  if (foreign && uvs__worker_enter(w) != 0)
-    return UV_ESHUTDOWN;
   uv_mutex_lock(&s->lock);
   if ((w->flags & UVS__W_CLOSING) ||
       uvs__load_relaxed(&s->state) != UVS__S_OPEN)

@@ -153,15 +153,9 @@ int uvs__schedule(uvs_worker_t* w,
   if (delayed && delay_ms > UVS__MAX_MS)
     return UV_EINVAL;
 
-  /* A closed worker's scheduler may be gone: answer before touching it. */
-  if (uvs__load(&w->closed))
+  if (uvs__worker_pin(w, &foreign) != 0)
     return UV_ESHUTDOWN;
-  /* A call on the loop thread can't race a close completing (that happens
-   * on the loop thread too), so only other threads pin the worker. */
   s = w->sched;
-  foreign = !uvs__on_loop_thread(s);
-  if (foreign && uvs__worker_enter(w) != 0)
-    return UV_ESHUTDOWN;
   if (shut(s, w))
     err = UV_ESHUTDOWN;
   else if (delayed)
@@ -232,10 +226,9 @@ int uvs_task_cancel(uvs_task_t* t) {
     }
 
     w = uvs__load(&t->worker);
-    s = w->sched;
-    foreign = !uvs__on_loop_thread(s);
-    if (foreign && uvs__worker_enter(w) != 0)
+    if (uvs__worker_pin(w, &foreign) != 0)
       return UV_EBUSY; /* handed back meanwhile, and its worker closed */
+    s = w->sched;
     uv_mutex_lock(&s->lock);
     st = uvs__load(&t->state);
     if (uvs__load(&t->worker) == w &&

@@ -25,6 +25,21 @@ void uvs__worker_leave(uvs_worker_t* w) {
 }
 
 
+int uvs__worker_pin(uvs_worker_t* w, int* pinned) {
+  uv_thread_t self;
+
+  /* On the loop thread a close can't complete under the caller (that
+   * happens on the loop thread too); elsewhere the pin holds it off. Either
+   * way a closed worker answers before its scheduler, which may be gone, is
+   * touched. */
+  self = uv_thread_self();
+  *pinned = !uv_thread_equal(&self, &w->thread);
+  if (*pinned)
+    return uvs__worker_enter(w);
+  return uvs__load(&w->closed) ? UV_ESHUTDOWN : 0;
+}
+
+
 uint64_t uvs__worker_pending(uvs_worker_t* w) {
   /* A task is counted in nsched before a drain can take it, so this never
    * undercounts. Tasks still in the inbox are not included. */
@@ -48,6 +63,7 @@ int uvs_worker_init(uvs_sched_t* s, uvs_worker_t* w, uvs_where_t where) {
            sizeof(*w) - offsetof(uvs_worker_t, sched));
     w->sched = s;
     w->where = where;
+    w->thread = s->thread;
     uvs__inbox_init(w);
     uvs__queue_init(&w->delayed);
     uvs__queue_init(&w->ready_node);

@@ -42,6 +42,7 @@ struct uvs__queue_s {
   unsigned batch_len;                                                          \
   unsigned phase;                 /* idle, ready or posted */                  \
   uv_work_t work;                                                              \
+  uv_thread_t thread; /* its loop's thread, so callers need not read sched */ \
   uvs_worker_close_cb close_cb;                                                \
   /* Written by the one drain running (relaxed atomics). */                    \
   uint64_t nran;                                                               \
