@@ -36,8 +36,6 @@ static void push_node(uvs_worker_t* w, uvs__queue_t* n) {
 
 
 void uvs__inbox_push(uvs_worker_t* w, uvs_task_t* t) {
-  /* prev == NULL marks "in the inbox, or on its way there" for cancel. */
-  t->node.prev = NULL;
   push_node(w, &t->node);
 }
 

@@ -58,7 +58,9 @@ void uvs__timers_expire(uvs__timers_t* timers,
  * batch of slots, the FIFO, and the inbox. Producers push onto the inbox
  * without a lock; everything else needs the scheduler's lock. */
 void uvs__inbox_init(uvs_worker_t* worker);
-/* Any thread, no lock. */
+/* Any thread, no lock. The caller has set task->node.prev to NULL before
+ * the task's state said QUEUED: that marks "in the inbox, or on its way
+ * there" for a cancel. */
 void uvs__inbox_push(uvs_worker_t* worker, uvs_task_t* task);
 /* Lock held: is anything queued (inbox or FIFO)? Orders like a seq_cst load
  * of the inbox's tail. */
@@ -192,6 +194,8 @@ struct uvs__tls_s {
   int rescheduled;
 };
 extern _Thread_local struct uvs__tls_s uvs__tls;
+/* Cancels in progress, process-wide (see uvs_task_cancel). */
+extern unsigned long uvs__cancels;
 
 /* ---- post.c ------------------------------------------------------------ */
 /* Lock held. */

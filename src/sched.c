@@ -119,8 +119,10 @@ void uvs__worker_push(uvs_worker_t* w, uvs_task_t* t, int requeue) {
   /* A delayed task that fell due was counted when it was accepted; it is
    * counted again when it leaves the inbox, and the stats count the inbox
    * meanwhile. */
-  if (requeue)
+  if (requeue) {
     w->nsched--;
+    t->node.prev = NULL; /* see uvs__inbox_push */
+  }
   uvs__inbox_push(w, t);
   /* The other half is after_drain(): it stores IDLE, then looks at the
    * inbox. Either it sees this task or this load sees IDLE. */
@@ -662,6 +664,9 @@ static int finish_closes(uvs_sched_t* s) {
       __atomic_store_n(&w->closed, 1, __ATOMIC_SEQ_CST);
       uv_mutex_unlock(&s->lock);
       wait_for_callers(&w->inflight);
+      /* And for cancels that may have read this worker from a task. */
+      while (__atomic_fetch_or(&uvs__cancels, 0, __ATOMIC_SEQ_CST) != 0)
+        sched_yield();
       uv_mutex_lock(&s->lock);
       if (!(w->flags & UVS__W_DRAIN))
         uvs__worker_close_sweep(w);

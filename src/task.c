@@ -7,6 +7,7 @@
 #define UVS__MAX_MS ((uint64_t) 1 << 40)
 
 _Thread_local struct uvs__tls_s uvs__tls;
+unsigned long uvs__cancels;
 
 
 int uvs_task_init(uvs_task_t* t, uvs_run_cb run, uvs_done_cb done) {
@@ -28,13 +29,26 @@ int uvs_task_init(uvs_task_t* t, uvs_run_cb run, uvs_done_cb done) {
 /* Takes a task into custody: IDLE or FINISHED -> CLAIMED, with one CAS, so
  * that two schedule calls racing for one task can't both win. A one-shot
  * task may also be claimed once from inside its own run_cb; that run then
- * counts as still executing until it returns (see end_run). */
-static int claim(uvs_task_t* t, unsigned* claimed) {
+ * counts as still executing until it returns (see end_run). *prev gets the
+ * state before, for unclaim(). */
+static int claim(uvs_task_t* t, unsigned* claimed, unsigned* prev) {
+  uvs_sched_t* held;
   unsigned o;
   unsigned n;
   int own;
+  int err;
 
   own = uvs__tls.current == t && !uvs__tls.rescheduled;
+  /* A running task sits in its worker's batch, where a cancel holding that
+   * worker's scheduler lock may be reading its links; the claim that
+   * rewrites them takes the same lock. Only its own run_cb can claim a
+   * running task, and no lock is held there. */
+  held = NULL;
+  if (own && t->done_cb != NULL) {
+    held = t->worker->sched;
+    uv_mutex_lock(&held->lock);
+  }
+  err = 0;
   o = uvs__load(&t->state);
   for (;;) {
     switch (o & UVS__T_MASK) {
@@ -45,10 +59,13 @@ static int claim(uvs_task_t* t, unsigned* claimed) {
         /* Running: its own run_cb may schedule a one-shot task again. */
         if (own && !(o & UVS__T_PERIODIC))
           break;
-        return UV_EBUSY;
+        err = UV_EBUSY;
+        break;
       default:
-        return UV_EBUSY;
+        err = UV_EBUSY;
     }
+    if (err != 0)
+      break;
     n = (o & UVS__T_RUNS) | UVS__T_CLAIMED;
     if (own && t->done_cb != NULL)
       n += UVS__T_RUN_ONE;
@@ -56,10 +73,32 @@ static int claim(uvs_task_t* t, unsigned* claimed) {
                                     __ATOMIC_ACQUIRE))
       break;
   }
+  if (held != NULL)
+    uv_mutex_unlock(&held->lock);
+  if (err != 0)
+    return err;
   if (own)
     uvs__tls.rescheduled = 1;
   *claimed = n;
+  *prev = o;
   return 0;
+}
+
+
+/* Gives a claimed task back as it was (a schedule failed after claiming). */
+static void unclaim(uvs_task_t* t, unsigned claimed, unsigned prev) {
+  unsigned o;
+  unsigned n;
+
+  o = uvs__load_relaxed(&t->state);
+  do {
+    n = (o & UVS__T_RUNS) | (prev & ~UVS__T_RUNS);
+    if ((claimed & UVS__T_RUNS) != (prev & UVS__T_RUNS))
+      n -= UVS__T_RUN_ONE; /* the count an own claim added */
+  } while (!__atomic_compare_exchange_n(
+      &t->state, &o, n, 1, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED));
+  if ((claimed & UVS__T_RUNS) != (prev & UVS__T_RUNS))
+    uvs__tls.rescheduled = 0;
 }
 
 
@@ -84,14 +123,16 @@ static int shut(uvs_sched_t* s, uvs_worker_t* w) {
  * state flags (UVS__T_POST). */
 static int accept_now(uvs_worker_t* w, uvs_task_t* t, unsigned flags) {
   unsigned claimed;
+  unsigned prev;
   int err;
 
-  err = claim(t, &claimed);
+  err = claim(t, &claimed, &prev);
   if (err != 0)
     return err;
-  /* Fields first, state last (release): uvs_task_cancel() reads the state,
-   * then the worker, and must see this worker once it sees the state. */
-  uvs__store_relaxed(&t->worker, w);
+  /* The worker (release) after the claim, the state (release) last: a cancel
+   * that sees this worker sees the claim, and one that sees the state sees
+   * every field (cancel()). */
+  uvs__store(&t->worker, w);
   t->period = 0;
   t->due = 0;
   t->status = 0;
@@ -112,14 +153,22 @@ static int accept_later(uvs_worker_t* w,
   int err;
 
   unsigned claimed;
+  unsigned prev;
 
+  /* Claimed before the lock is taken, so that claim() may take the lock of
+   * the task's current scheduler without a second lock held. */
+  err = claim(t, &claimed, &prev);
+  if (err != 0)
+    return err;
   s = w->sched;
   uv_mutex_lock(&s->lock);
   /* Checked again under the lock: a close holds it while it cancels the
    * worker's delayed tasks, so none can slip in behind it. */
-  err = shut(s, w) ? UV_ESHUTDOWN : claim(t, &claimed);
-  if (err == 0) {
-    uvs__store_relaxed(&t->worker, w);
+  if (shut(s, w)) {
+    unclaim(t, claimed, prev);
+    err = UV_ESHUTDOWN;
+  } else {
+    uvs__store(&t->worker, w);
     t->period = period_ms;
     t->status = 0;
     /* Due times round up to the ms, so that due * 1e6 >= t_call + delay. */
@@ -199,18 +248,11 @@ int uvs_schedule_every(uvs_worker_t* worker,
 }
 
 
-int uvs_task_cancel(uvs_task_t* t) {
+static int cancel(uvs_task_t* t) {
   uvs_worker_t* w;
   uvs_sched_t* s;
   unsigned st;
-  int foreign;
   int err;
-
-  if (t == NULL)
-    return UV_EINVAL;
-  st = uvs__load(&t->state);
-  if ((st & UVS__T_MASK) == UVS__T_IDLE || t->done_cb == NULL)
-    return UV_EINVAL;
 
   for (;;) {
     st = uvs__load(&t->state);
@@ -225,20 +267,24 @@ int uvs_task_cancel(uvs_task_t* t) {
         return UV_EBUSY; /* cancelled, or handed back */
     }
 
+    /* The task is pending in w (or was, and has moved on): w can't finish
+     * closing while this cancel runs (uvs_task_cancel). */
     w = uvs__load(&t->worker);
-    if (uvs__worker_pin(w, &foreign) != 0)
-      return UV_EBUSY; /* handed back meanwhile, and its worker closed */
     s = w->sched;
     uv_mutex_lock(&s->lock);
-    st = uvs__load(&t->state);
-    if (uvs__load(&t->worker) == w &&
-        ((st & UVS__T_MASK) == UVS__T_QUEUED ||
-         (st & UVS__T_MASK) == UVS__T_DELAYED))
-      break;
+    /* The worker first, then the state. Seeing w as the worker after a
+     * claim that moved the task to w means seeing that claim: the state is
+     * then CLAIMED or published to w. Seeing w before any such claim, a
+     * queued state means the task is in w's custody, and a claim that takes
+     * it out needs the lock held here. */
+    if (uvs__load(&t->worker) == w) {
+      st = uvs__load(&t->state);
+      if ((st & UVS__T_MASK) == UVS__T_QUEUED ||
+          (st & UVS__T_MASK) == UVS__T_DELAYED)
+        break;
+    }
     /* Moved, handed back or re-scheduled meanwhile: look again. */
     uv_mutex_unlock(&s->lock);
-    if (foreign)
-      uvs__worker_leave(w);
   }
 
   /* Under the lock of the task's scheduler now. */
@@ -251,7 +297,27 @@ int uvs_task_cancel(uvs_task_t* t) {
     }
   }
   uv_mutex_unlock(&s->lock);
-  if (foreign)
-    uvs__worker_leave(w);
+  return err;
+}
+
+
+int uvs_task_cancel(uvs_task_t* t) {
+  unsigned st;
+  int err;
+
+  if (t == NULL)
+    return UV_EINVAL;
+  st = uvs__load(&t->state);
+  if ((st & UVS__T_MASK) == UVS__T_IDLE || t->done_cb == NULL)
+    return UV_EINVAL;
+  /* A cancel may read a task's worker just as the task is handed back and
+   * its worker closed and freed. Closes wait for this count to be zero
+   * before they call back (finish_closes), so a cancel that may have read
+   * the worker keeps it alive, and one that starts later sees the task
+   * handed back. Read-modify-writes on both sides, so that the later one
+   * sees what the earlier did. */
+  __atomic_fetch_add(&uvs__cancels, 1, __ATOMIC_SEQ_CST);
+  err = cancel(t);
+  __atomic_fetch_sub(&uvs__cancels, 1, __ATOMIC_SEQ_CST);
   return err;
 }
