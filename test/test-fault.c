@@ -257,3 +257,153 @@ TEST_IMPL(fault_walk_scenario) {
   ASSERT_LT(k, 2000);
   return 0;
 }
+
+
+/* Which calls allocate: every public call of a scenario that uses them all
+ * is counted; only uvs_sched_init (the timer wheel) and uvs_post (a chunk
+ * of post nodes, each 64 posts) may allocate. */
+static uvs_sched_t scheds2[2];
+static uvs_worker_t wks2[2][2];
+static uvs_task_t tasks2[8];
+static int done2;
+
+static void p_run_cb(uvs_task_t* task) {
+  (void) task;
+}
+
+
+static void p_done_cb(uvs_task_t* task, int status) {
+  (void) task;
+  ASSERT(status == 0 || status == UV_ECANCELED);
+  done2++;
+}
+
+
+#define NO_ALLOC(expr)                                      \
+  do {                                                      \
+    unsigned long before_ = uvs__alloc_count();             \
+    (void) (expr);                                          \
+    ASSERT_EQ(uvs__alloc_count() - before_, 0);             \
+  } while (0)
+
+TEST_IMPL(fault_alloc_points) {
+  unsigned long before;
+  uvs_stats_t st;
+  int i;
+
+  ASSERT_OK(uv_loop_init(&loop));
+  before = uvs__alloc_count();
+  ASSERT_OK(uvs_sched_init(&loop, &scheds2[0], NULL));
+  ASSERT_EQ(uvs__alloc_count() - before, 1);
+  NO_ALLOC(uvs_worker_init(&scheds2[0], &wks2[0][0], UVS_POOL));
+  NO_ALLOC(uvs_worker_init(&scheds2[0], &wks2[0][1], UVS_LOOP));
+  for (i = 0; i < 8; i++) NO_ALLOC(uvs_task_init(&tasks2[i], p_run_cb, p_done_cb));
+  NO_ALLOC(uvs_schedule(&wks2[0][0], &tasks2[0]));
+  NO_ALLOC(uvs_schedule(&wks2[0][1], &tasks2[1]));
+  NO_ALLOC(uvs_schedule_after(&wks2[0][0], &tasks2[2], 5));
+  NO_ALLOC(uvs_schedule_after(&wks2[0][1], &tasks2[3], 60000));
+  NO_ALLOC(uvs_schedule_every(&wks2[0][1], &tasks2[4], 0, 1));
+  NO_ALLOC(uvs_task_cancel(&tasks2[3]));
+  NO_ALLOC(uvs_now(&scheds2[0]));
+  NO_ALLOC(uvs_sched_stats(&scheds2[0], &st));
+  /* Posts: one chunk per 64 nodes in use at once. */
+  for (i = 0; i < 200; i++) {
+    before = uvs__alloc_count();
+    ASSERT_OK(uvs_post(&wks2[0][i & 1], count_fn, NULL));
+    ASSERT_EQ(uvs__alloc_count() - before, i % 64 == 0);
+  }
+  NO_ALLOC(uv_run(&loop, UV_RUN_NOWAIT));
+  NO_ALLOC(uvs_task_cancel(&tasks2[4]));
+  NO_ALLOC(uvs_worker_close(&wks2[0][0], UVS_DRAIN, NULL));
+  NO_ALLOC(uv_run(&loop, UV_RUN_DEFAULT));
+  /* The nodes are recycled: no allocation for as many posts again. */
+  for (i = 0; i < 200; i++) NO_ALLOC(uvs_post(&wks2[0][1], count_fn, NULL));
+  NO_ALLOC(uvs_sched_close(&scheds2[0], UVS_CANCEL, NULL));
+  NO_ALLOC(uv_run(&loop, UV_RUN_DEFAULT));
+  ASSERT_EQ(done2, 5);
+  ASSERT_OK(uv_loop_close(&loop));
+  return 0;
+}
+
+
+/* The k-th allocation fails, for every k of a scenario on two schedulers
+ * whose posts grow each post pool by several chunks: the one call that
+ * needed it returns UV_ENOMEM and changes nothing (every byte of the
+ * scheduler and its workers, and the stats, are the same after it); every
+ * other call succeeds; everything accepted runs; and the leak checker
+ * finds nothing at exit. */
+static int walk_calls(long k) {
+  unsigned char before[sizeof(uvs_sched_t) + 2 * sizeof(uvs_worker_t)];
+  unsigned long start;
+  uvs_stats_t st0;
+  uvs_stats_t st1;
+  int inited[2];
+  int posts;
+  int enomem;
+  int r;
+  int s;
+  int i;
+
+  atomic_store(&fn_calls, 0);
+  done2 = 0;
+  posts = 0;
+  enomem = 0;
+  ASSERT_OK(uv_loop_init(&loop));
+  start = uvs__alloc_count();
+  uvs__alloc_fail_after(k);
+  for (s = 0; s < 2; s++) {
+    scheds2[s].data = &inited[s];
+    r = uvs_sched_init(&loop, &scheds2[s], NULL);
+    inited[s] = r == 0;
+    if (r != 0) {
+      ASSERT_ERR(r, UV_ENOMEM);
+      ASSERT_PTR_EQ(scheds2[s].data, &inited[s]); /* data untouched */
+      enomem++;
+      continue;
+    }
+    ASSERT_OK(uvs_worker_init(&scheds2[s], &wks2[s][0], UVS_POOL));
+    ASSERT_OK(uvs_worker_init(&scheds2[s], &wks2[s][1], UVS_LOOP));
+  }
+  for (i = 0; i < 300; i++) {
+    s = i % 2;
+    if (!inited[s])
+      continue;
+    uvs_sched_stats(&scheds2[s], &st0);
+    memcpy(before, &scheds2[s], sizeof(uvs_sched_t));
+    memcpy(before + sizeof(uvs_sched_t), wks2[s], 2 * sizeof(uvs_worker_t));
+    r = uvs_post(&wks2[s][(i / 2) & 1], count_fn, NULL);
+    if (r == 0) {
+      posts++;
+      continue;
+    }
+    ASSERT_ERR(r, UV_ENOMEM);
+    enomem++;
+    uvs_sched_stats(&scheds2[s], &st1);
+    ASSERT_OK(memcmp(&st0, &st1, sizeof(st0)));
+    ASSERT_OK(memcmp(before, &scheds2[s], sizeof(uvs_sched_t)));
+    ASSERT_OK(memcmp(before + sizeof(uvs_sched_t), wks2[s],
+                     2 * sizeof(uvs_worker_t)));
+  }
+  uvs__alloc_fail_after(-1);
+  /* Exactly the k-th allocation failed, if there was one. */
+  ASSERT_EQ(enomem, uvs__alloc_count() - start > (unsigned long) k);
+  for (s = 0; s < 2; s++)
+    if (inited[s])
+      ASSERT_OK(uvs_sched_close(&scheds2[s], UVS_DRAIN, NULL));
+  ASSERT_OK(uv_run(&loop, UV_RUN_DEFAULT));
+  ASSERT_EQ(atomic_load(&fn_calls), posts);
+  ASSERT_OK(uv_loop_close(&loop));
+  return enomem;
+}
+
+
+TEST_IMPL(fault_walk_calls) {
+  long k;
+
+  for (k = 0; k < 1000; k++)
+    if (!walk_calls(k))
+      break;
+  /* Per scheduler its wheel and 3 post chunks (150 posts, none run). */
+  ASSERT_EQ(k, 8);
+  return 0;
+}

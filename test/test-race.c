@@ -274,3 +274,179 @@ TEST_IMPL(race_reschedule_self_delay_vs_cancel) {
   reschedule_vs_cancel(1);
   return 0;
 }
+
+
+/* A task whose run_cb keeps re-scheduling it onto a worker of the other
+ * scheduler, cancelled in a tight loop from a foreign thread. The cancel
+ * holds the lock of the scheduler it found the task on, while the run_cb
+ * changes the task's worker and links it into another worker's inbox
+ * without any lock. Checks exactly-once and that no run starts after a
+ * cancel returned 0; under TSan it shows the cancel reading fields the
+ * re-schedule writes (docs/reliability.md, "Bugs found"). */
+#define XS_ROUNDS 400
+
+static uvs_sched_t xsched[2];
+static uvs_worker_t xworkers[2];
+static uvs_task_t xtask;
+static atomic_int xruns;
+static atomic_int xstop;
+static atomic_int xcancelled_at;
+static atomic_int xdone;
+static int xstatus;
+
+static void x_run_cb(uvs_task_t* task) {
+  int n;
+
+  n = atomic_fetch_add(&xruns, 1) + 1;
+  ASSERT_EQ(atomic_load(&xcancelled_at), -1);
+  if (atomic_load(&xstop))
+    return;
+  ASSERT_OK(uvs_schedule(&xworkers[n & 1], task));
+}
+
+
+static void x_done_cb(uvs_task_t* task, int status) {
+  (void) task;
+  atomic_fetch_add(&xdone, 1);
+  xstatus = status;
+  ASSERT_OK(uvs_sched_close(&xsched[0], UVS_CANCEL, NULL));
+  ASSERT_OK(uvs_sched_close(&xsched[1], UVS_CANCEL, NULL));
+}
+
+
+static void x_canceller(void* arg) {
+  long tries;
+  int r;
+
+  (void) arg;
+  while (atomic_load(&xruns) < 5) {
+  }
+  for (tries = 0;; tries++) {
+    r = uvs_task_cancel(&xtask);
+    if (r == 0) {
+      atomic_store(&xcancelled_at, atomic_load(&xruns));
+      return;
+    }
+    ASSERT_ERR(r, UV_EBUSY);
+    if (tries == 1000000)
+      atomic_store(&xstop, 1);
+    if (tries > 1000000 && atomic_load(&xdone))
+      return;
+  }
+}
+
+
+TEST_IMPL(race_cancel_vs_reschedule_other_sched) {
+  uvs_sched_options_t opts;
+  uv_thread_t thread;
+  uint64_t end;
+  int round;
+
+  memset(&opts, 0, sizeof(opts));
+  opts.keep_alive = 1;
+  end = uv_hrtime() + 2000000000u;
+  for (round = 0; round < XS_ROUNDS && uv_hrtime() < end; round++) {
+    atomic_store(&xruns, 0);
+    atomic_store(&xstop, 0);
+    atomic_store(&xcancelled_at, -1);
+    atomic_store(&xdone, 0);
+    ASSERT_OK(uv_loop_init(&loop));
+    ASSERT_OK(uvs_sched_init(&loop, &xsched[0], &opts));
+    ASSERT_OK(uvs_sched_init(&loop, &xsched[1], &opts));
+    ASSERT_OK(uvs_worker_init(&xsched[0], &xworkers[0], UVS_POOL));
+    ASSERT_OK(uvs_worker_init(&xsched[1], &xworkers[1], UVS_POOL));
+    ASSERT_OK(uvs_task_init(&xtask, x_run_cb, x_done_cb));
+    ASSERT_OK(uvs_schedule(&xworkers[0], &xtask));
+    ASSERT_OK(uv_thread_create(&thread, x_canceller, NULL));
+    ASSERT_OK(uv_run(&loop, UV_RUN_DEFAULT));
+    ASSERT_OK(uv_thread_join(&thread));
+    ASSERT_EQ(atomic_load(&xdone), 1);
+    if (atomic_load(&xcancelled_at) >= 0) {
+      ASSERT_ERR(xstatus, UV_ECANCELED);
+      ASSERT_EQ(atomic_load(&xruns), atomic_load(&xcancelled_at));
+    } else {
+      ASSERT_OK(xstatus);
+    }
+    ASSERT_OK(uv_loop_close(&loop));
+  }
+  return 0;
+}
+
+
+/* A task handed back, its worker closed and freed in the close callback,
+ * while another thread cancels the task in a tight loop: SPEC lets cancel
+ * be called at any time, and the worker's memory is the user's once its
+ * close callback runs. A cancel that read the task's state just before the
+ * hand-back must not touch the freed worker (ASan: heap-use-after-free;
+ * docs/reliability.md, "Bugs found"). Runs for up to 5 s. */
+static uvs_task_t ftask;
+static uvs_worker_t* fworker;
+static atomic_int fstop;
+static uint64_t fend;
+static long frounds;
+
+static void f_run_cb(uvs_task_t* task) {
+  (void) task;
+}
+
+
+static void f_next(void);
+
+static void f_closed(uvs_worker_t* w) {
+  free(w);
+  f_next();
+}
+
+
+static void f_done_cb(uvs_task_t* task, int status) {
+  (void) task;
+  ASSERT(status == 0 || status == UV_ECANCELED);
+  ASSERT_OK(uvs_worker_close(fworker, UVS_CANCEL, f_closed));
+}
+
+
+static void f_next(void) {
+  if (uv_hrtime() > fend) {
+    atomic_store(&fstop, 1);
+    ASSERT_OK(uvs_sched_close(&sched, UVS_CANCEL, NULL));
+    return;
+  }
+  frounds++;
+  fworker = malloc(sizeof(*fworker));
+  ASSERT_NOT_NULL(fworker);
+  ASSERT_OK(
+      uvs_worker_init(&sched, fworker, frounds & 1 ? UVS_POOL : UVS_LOOP));
+  ASSERT_OK(uvs_schedule(fworker, &ftask));
+}
+
+
+static void f_canceller(void* arg) {
+  int r;
+
+  (void) arg;
+  while (!atomic_load(&fstop)) {
+    r = uvs_task_cancel(&ftask);
+    if (r != 0)
+      ASSERT_ERR(r, UV_EBUSY);
+  }
+}
+
+
+TEST_IMPL(race_cancel_vs_worker_free) {
+  uvs_sched_options_t opts;
+  uv_thread_t thread;
+
+  memset(&opts, 0, sizeof(opts));
+  opts.keep_alive = 1;
+  fend = uv_hrtime() + 5000000000u;
+  ASSERT_OK(uv_loop_init(&loop));
+  ASSERT_OK(uvs_sched_init(&loop, &sched, &opts));
+  ASSERT_OK(uvs_task_init(&ftask, f_run_cb, f_done_cb));
+  f_next();
+  ASSERT_OK(uv_thread_create(&thread, f_canceller, NULL));
+  ASSERT_OK(uv_run(&loop, UV_RUN_DEFAULT));
+  ASSERT_OK(uv_thread_join(&thread));
+  ASSERT_GT(frounds, 100);
+  ASSERT_OK(uv_loop_close(&loop));
+  return 0;
+}

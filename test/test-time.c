@@ -423,10 +423,12 @@ TEST_IMPL(periodic_coalesce_blocked_loop) {
 
 /* Grid points that pass while the task waits in its worker's FIFO behind a
  * long task are folded into its one late run: the run after it waits for the
- * next grid point (SPEC 6, "passes while the task is queued"). */
-static void spin_35ms_cb(uvs_task_t* task) {
+ * next grid point (SPEC 6, "passes while the task is queued"). The blocker
+ * ends half a period before a grid point, so that no point passes during
+ * the late run itself (which would rightly earn one more run). */
+static void spin_250ms_cb(uvs_task_t* task) {
   (void) task;
-  test_spin_ms(35);
+  test_spin_ms(250);
 }
 
 
@@ -434,16 +436,16 @@ TEST_IMPL(periodic_coalesce_queued_behind_busy) {
   uvs_task_t blocker;
 
   setup(NULL);
-  ASSERT_OK(uvs_task_init(&blocker, spin_35ms_cb, NULL));
+  ASSERT_OK(uvs_task_init(&blocker, spin_250ms_cb, NULL));
   ASSERT_OK(uvs_schedule(&pool_w, &blocker));
   pt.stop_after = 3;
-  run_periodic(&pool_w, 0, 10);
+  run_periodic(&pool_w, 0, 100);
   ASSERT_EQ(pt.n, 3);
-  /* The first run waited for the blocker, past grid points 1..3. */
-  ASSERT_UINT64_GE(pt.start[0], grid(&pt, 3));
+  /* The first run waited for the blocker, past grid points 1 and 2. */
+  ASSERT_UINT64_GE(pt.start[0], grid(&pt, 2));
   /* One run stood for all of them: the next starts at a later point. */
   ASSERT_UINT64_GE(pt.start[1],
-                   pt.t0 + ((pt.start[0] - pt.t0) / 10000000u + 1) * 10000000u);
+                   pt.t0 + ((pt.start[0] - pt.t0) / 100000000u + 1) * 100000000u);
   TEST_CLOSE_SCHED_AND_LOOP(&loop, &sched, UVS_CANCEL);
   return 0;
 }
@@ -475,7 +477,9 @@ TEST_IMPL(periodic_no_drift) {
     if (pt.start[i] < pt.stop_at)
       started++;
   ASSERT_LE(started, 31);
-  ASSERT_GE(started, 24);
+  /* A drifting implementation starts about 17; a loaded machine can cost
+   * a correct one a few late (coalesced) grid points. */
+  ASSERT_GE(started, 21);
   TEST_CLOSE_SCHED_AND_LOOP(&loop, &sched, UVS_CANCEL);
   return 0;
 }

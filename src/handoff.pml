@@ -1,0 +1,263 @@
+/* The idle/busy hand-off of a worker, as a Promela model for spin.
+ *
+ * Checked by scripts/check-handoff.sh (CI runs it): no task is lost, no two
+ * drains of the worker run at once, the worker is never listed as ready
+ * twice, and when everything has stopped the worker is idle with nothing
+ * queued. The script also checks that the model is not vacuous: with
+ * -DBROKEN_NO_RECHECK (after_drain skips its second look at the inbox) or
+ * -DBROKEN_LOOK_FIRST (a producer reads the state before its push) spin must
+ * find the lost task.
+ *
+ * What it abstracts. The inbox (inbox.c) is two counters and a flag per
+ * item: `pushed` is the number of exchanges on the tail, `lnk[i]` says that
+ * item i has been linked behind its predecessor, and `taken` is how many
+ * items the consumer took. Between a producer's exchange and its link the
+ * consumer sees "empty for now" (pop() sets *busy), while
+ * uvs__inbox_nonempty() already sees the item through its seq_cst load of
+ * the tail, so it is modelled as pushed != taken. The FIFO in front of the
+ * inbox is consumer-only (under the lock) and folded into `taken`. Spin
+ * explores sequentially consistent interleavings; the operations that
+ * decide the hand-off are seq_cst in the C code (the exchange on the tail
+ * and the load and CAS of worker->state in the producer; the store and CAS
+ * of worker->state and the load of the tail in after_drain()), which is
+ * what makes that faithful. The release store of the link and the acquire
+ * load in pop() carry the task's contents, not the decision, and are one
+ * step each here. Kicks of the loop (uvs__kick) are not modelled: a worker
+ * listed as ready is assumed to be dispatched eventually.
+ *
+ * Where each part of the model is in the C code (line numbers of this
+ * commit; the function names are the stable reference):
+ *
+ *   model                          C code
+ *   -----------------------------  -------------------------------------
+ *   push_exchange / push_link      inbox.c push_node(): exchange on
+ *                                  inbox_tail (seq_cst), then release store
+ *                                  of prev->next (lines 26-35)
+ *   push() state load, CAS, make   sched.c uvs__worker_push() (116-140)
+ *   make_ready()                   sched.c uvs__worker_make_ready()
+ *                                  (109-113): phase = READY, listed once
+ *   proctype Drain (one per `go`)  sched.c drain() (362-431): batches under
+ *                                  the lock via uvs__inbox_take() (inbox.c
+ *                                  109-121, pop() 53-86), runs them without
+ *                                  it, stops on empty-for-now or budget
+ *   Loop: dispatch                 sched.c dispatch() (536-548) and
+ *                                  run_loop_workers() (551-570): phase =
+ *                                  POSTED, one drain posted
+ *   Loop: after_drain              sched.c drain_after() (515-527) and
+ *                                  after_drain() (436-453)
+ *   nonempty()                     inbox.c uvs__inbox_nonempty() (43-47)
+ *   Loop: timer push               sched.c fire() (457-462) calling
+ *                                  uvs__worker_push(requeue = 1) with the
+ *                                  lock held (also worker.c
+ *                                  uvs__worker_close_locked, UVS_DRAIN)
+ */
+
+#ifndef NPROD
+#define NPROD 2  /* producers on other threads */
+#endif
+#ifndef PUSHES
+#define PUSHES 2 /* schedules per producer */
+#endif
+#ifndef TIMERS
+#define TIMERS 1 /* delayed tasks the loop pushes when they fall due */
+#endif
+#ifndef BUDGET
+#define BUDGET 1 /* tasks per drain: small, so drains end with work left */
+#endif
+#define TOTAL (NPROD * PUSHES + TIMERS)
+
+#define W_IDLE 0 /* worker->state */
+#define W_SCHEDULED 1
+#define P_IDLE 0 /* worker->phase */
+#define P_READY 1
+#define P_POSTED 2
+
+byte state = W_IDLE;
+byte phase = P_IDLE;
+byte pushed = 0;   /* exchanges on the inbox tail */
+bool lnk[TOTAL];   /* item i is linked behind item i - 1 */
+byte taken = 0;    /* items the drains took */
+byte ran = 0;      /* run_cbs */
+bool lock = 0;     /* sched->lock */
+byte drains = 0;   /* drains executing now */
+bool go = 0;       /* a drain is posted (uv_queue_work) */
+bool finished = 0; /* a drain returned: its after_work_cb is due */
+byte fired = 0;    /* timer pushes done */
+
+inline acquire() {
+  atomic { lock == 0 -> lock = 1 }
+}
+
+inline release() {
+  lock = 0
+}
+
+/* Lock held. Listing a worker that is already listed or being drained
+ * would link its ready_node twice. */
+inline make_ready() {
+  assert(phase == P_IDLE);
+  phase = P_READY
+}
+
+/* Lock held: the FIFO and head are the consumer's, the tail one load. */
+inline nonempty(r) {
+  r = (pushed != taken)
+}
+
+/* CAS IDLE -> SCHEDULED; won says whether it did. */
+inline cas_idle(won) {
+  atomic {
+    if
+    :: state == W_IDLE -> state = W_SCHEDULED; won = 1
+    :: else -> won = 0
+    fi
+  }
+}
+
+/* uvs__worker_push(): exchange, link, then look at the state. */
+inline push(my, won, locked) {
+#ifdef BROKEN_LOOK_FIRST
+  won = (state == W_IDLE);
+#endif
+  atomic { my = pushed; pushed++ };  /* push_exchange */
+  lnk[my] = 1;                       /* push_link */
+#ifdef BROKEN_LOOK_FIRST
+  if
+  :: won -> cas_idle(won)
+  :: else -> skip
+  fi;
+#else
+  if
+  :: state == W_IDLE -> cas_idle(won)
+  :: else -> won = 0
+  fi;
+#endif
+  if
+  :: won ->
+     if
+     :: !locked -> acquire()
+     :: else -> skip
+     fi;
+     make_ready();
+     if
+     :: !locked -> release()
+     :: else -> skip
+     fi
+  :: else -> skip
+  fi
+}
+
+proctype Producer() {
+  byte i = 0;
+  byte my;
+  bool won;
+
+  do
+  :: i < PUSHES -> push(my, won, 0); i++
+  :: else -> break
+  od
+}
+
+/* drain(): batches of at most BUDGET tasks in all, taken under the lock,
+ * run without it; it stops when the inbox looks empty (an item exchanged
+ * but not linked yet looks empty) or the budget is spent. One process
+ * stands for every drain of the worker: each `go` is one uv_queue_work. */
+active proctype Drain() {
+  byte n;
+
+end:
+  do
+  :: go ->
+     go = 0;
+     drains++;
+     assert(drains == 1); /* never two drains of one worker at once */
+     n = 0;
+     do
+     :: acquire();
+        if
+        :: n < BUDGET && taken < pushed && lnk[taken] ->
+           taken++;
+           n++;
+           release();
+           ran++
+        :: else -> release(); break
+        fi
+     od;
+     drains--;
+     finished = 1 /* libuv queues drain_after() for the loop thread */
+  od
+}
+
+/* The loop thread: dispatches a ready worker, runs after_drain() when a
+ * drain returned, and pushes delayed tasks that fall due (lock held). */
+active proctype Loop() {
+  bool ne;
+  bool won;
+  byte my;
+
+end:
+  do
+  :: phase == P_READY ->
+     acquire();
+     if
+     :: phase == P_READY ->
+        /* One drain per worker: none posted, running or returning. */
+        assert(!go && drains == 0 && !finished);
+        phase = P_POSTED;
+        go = 1
+     :: else -> skip
+     fi;
+     release()
+  :: finished ->
+     finished = 0;
+     acquire();
+     /* after_drain() */
+     phase = P_IDLE;
+     nonempty(ne);
+     if
+     :: ne -> make_ready()
+     :: else ->
+        state = W_IDLE;
+#ifndef BROKEN_NO_RECHECK
+        nonempty(ne);
+        if
+        :: ne ->
+           cas_idle(won);
+           if
+           :: won -> make_ready()
+           :: else -> skip /* a producer won: it lists the worker */
+           fi
+        :: else -> skip
+        fi
+#endif
+     fi;
+     release()
+  :: fired < TIMERS ->
+     acquire();
+     push(my, won, 1);
+     fired++;
+     release()
+  od
+}
+
+init {
+  byte i = 0;
+
+  atomic {
+    do
+    :: i < NPROD -> run Producer(); i++
+    :: else -> break
+    od
+  }
+}
+
+/* When nothing can move any more, every task ran and the worker is idle:
+ * no task was left in an idle worker. */
+active proctype Quiescent() {
+  timeout ->
+    assert(taken == TOTAL && ran == TOTAL && phase == P_IDLE &&
+           state == W_IDLE && drains == 0 && !go && !finished)
+}
+
+/* With weak fairness, every task is eventually run. */
+ltl all_run { <> (ran == TOTAL) }

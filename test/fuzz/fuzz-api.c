@@ -1,0 +1,648 @@
+/* libFuzzer target: the input is a sequence of API operations on one loop,
+ * advanced with uv_run(UV_RUN_NOWAIT), checked against a small model of
+ * SPEC. Built with clang only (meson -Dfuzz=true, test/fuzz/meson.build).
+ *
+ * The model keeps, per task, whether the library has it (custody) and
+ * why; per worker slot and for the scheduler, open, closing or closed.
+ * From it each call's return code is predicted exactly, and every callback
+ * is checked when it comes: a task runs only while in custody, never after
+ * a cancel that returned 0 (loop workers), never early; one-shot tasks are
+ * handed back once, with 0 after their run or UV_ECANCELED without one;
+ * periodic ones once, with UV_ECANCELED; at most one run of a worker at a
+ * time, on the right thread; tasks scheduled at once on a loop worker run
+ * in schedule order; a worker's close callback comes after its last
+ * hand-back, the scheduler's after all of them. At the end of an input the
+ * scheduler is closed, the loop runs to completion, nothing is left in
+ * custody, the stats agree with the callbacks, and uv_loop_close()
+ * returns 0. Workers 0 and 1 are loop workers (deterministic); worker 2 is
+ * a pool worker, where only what does not depend on timing is predicted.
+ */
+
+#include "uvsched.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define NSLOT 3
+#define NTASK 8
+#define MAX_MS ((uint64_t) 1 << 40)
+
+#define CHECK(expr)                                                      \
+  do {                                                                   \
+    if (!(expr)) {                                                       \
+      fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, \
+              #expr);                                                    \
+      abort();                                                           \
+    }                                                                    \
+  } while (0)
+
+#define CHECK_RC(got, want)                                                \
+  do {                                                                     \
+    int got_ = (got);                                                      \
+    int want_ = (want);                                                    \
+    if (got_ != want_) {                                                   \
+      fprintf(stderr, "%s:%d: %s returned %d (%s), model says %d (%s)\n", \
+              __FILE__, __LINE__, #got, got_, rc_name(got_), want_,        \
+              rc_name(want_));                                             \
+      abort();                                                             \
+    }                                                                      \
+  } while (0)
+
+/* W_SCLOSING: closing without a callback (with the scheduler's close, or
+ * from a run_cb with none): done when the scheduler's close is. */
+enum { W_FREE, W_OPEN, W_CLOSING, W_SCLOSING, W_CLOSED };
+enum { S_OPEN, S_CLOSING, S_CLOSED };
+enum { T_IDLE, T_QUEUED, T_DELAYED, T_PERIODIC, T_CANCELLED, T_FINISHED };
+
+typedef struct {
+  uvs_worker_t w;
+  int state;
+  int ran_active; /* a run of this worker is executing */
+  long last_seq;
+  long next_seq;
+  int close_cbs;
+} slot_t;
+
+typedef struct {
+  uvs_task_t t;
+  int state;
+  int has_done;
+  int slot;
+  long seq;          /* -1: not checked for order */
+  uint64_t not_before; /* ns */
+  uint64_t period;
+  int runs;          /* in the current custody (one-shot: 0 or 1) */
+  int behaviour;     /* what run_cb does besides checking */
+  int cancel_busy;   /* pool one-shot: a cancel found it taken */
+  int close_hit;     /* pool: a cancelling close found it (cancel: EBUSY) */
+  int uncertain;     /* a draining close may have run or dropped it */
+  int limbo;         /* done-less on a closing worker: released when? */
+  int periodic_cancelled;
+} ftask_t;
+
+static uv_loop_t loop;
+static uvs_sched_t sched;
+static uv_mutex_t model_lock; /* pool run_cbs and the loop thread */
+static uv_thread_t loop_thread;
+static int sched_state;
+static int sched_close_cbs;
+static slot_t slots[NSLOT];
+static ftask_t tasks[NTASK];
+static long accepted; /* schedules accepted (stats.scheduled) */
+static long custodies; /* custodies begun: a re-schedule from run_cb continues one */
+static long handed_back;
+static long handed_back_cancelled;
+static long released_run;   /* done-less tasks released by their run */
+static long released_close; /* done-less tasks dropped by a close */
+static long runs_total;
+static long posts_accepted;
+static long posts_ran;
+static uvs_stats_t final_stats;
+
+static const char* rc_name(int rc) {
+  return rc == 0 ? "0" : uv_err_name(rc);
+}
+
+
+static int on_loop(void) {
+  uv_thread_t self;
+
+  self = uv_thread_self();
+  return uv_thread_equal(&self, &loop_thread);
+}
+
+
+static int slot_of(uvs_worker_t* w) {
+  return (int) ((slot_t*) w - slots);
+}
+
+
+static int in_custody(const ftask_t* t) {
+  return t->state == T_QUEUED || t->state == T_DELAYED ||
+         t->state == T_PERIODIC || t->state == T_CANCELLED;
+}
+
+
+static void model_close(int s, uvs_close_how_t how);
+
+
+/* ---- callbacks ---------------------------------------------------------- */
+
+static void run_cb(uvs_task_t* task) {
+  ftask_t* t;
+  slot_t* sl;
+  int err;
+
+  t = (ftask_t*) task;
+  uv_mutex_lock(&model_lock);
+  sl = &slots[t->slot];
+  CHECK(sl->state == W_OPEN || sl->state == W_CLOSING ||
+        sl->state == W_SCLOSING);
+  CHECK(on_loop() == (t->slot != 2));
+  CHECK(!sl->ran_active);
+  sl->ran_active = 1;
+  CHECK(t->state == T_QUEUED || t->state == T_DELAYED ||
+        t->state == T_PERIODIC || (t->slot == 2 && t->state == T_CANCELLED &&
+                                   t->periodic_cancelled));
+  CHECK(uv_hrtime() >= t->not_before);
+  if (t->seq >= 0) {
+    CHECK(t->seq > sl->last_seq);
+    sl->last_seq = t->seq;
+  }
+  if (t->period != 0) {
+    t->runs++;
+    t->not_before += t->period * 1000000u;
+  } else {
+    CHECK(t->runs == 0);
+    t->runs = 1;
+  }
+  runs_total++;
+  if (!t->has_done) {
+    t->state = T_FINISHED; /* released as its run_cb is entered */
+    released_run++;
+  }
+  uv_mutex_unlock(&model_lock);
+
+  /* Loop workers only: these change the model, which must not race. */
+  if (t->slot == 2 || !t->has_done)
+    goto out;
+  if (t->behaviour == 1 && t->state == T_QUEUED) {
+    /* Again from its own run_cb, once. */
+    t->behaviour = 0;
+    err = uvs_schedule(&sl->w, task);
+    if (sl->state != W_OPEN || sched_state != S_OPEN) {
+      CHECK_RC(err, UV_ESHUTDOWN);
+    } else {
+      CHECK_RC(err, 0);
+      accepted++;
+      t->runs = 0;
+      t->seq = sl->next_seq++;
+      t->not_before = 0;
+    }
+  } else if (t->behaviour == 2) {
+    /* Cancel from its own run_cb: busy for a one-shot, 0 for a periodic. */
+    err = uvs_task_cancel(task);
+    if (t->state == T_PERIODIC) {
+      CHECK_RC(err, 0);
+      t->state = T_CANCELLED;
+      t->periodic_cancelled = 1;
+    } else {
+      CHECK_RC(err, UV_EBUSY);
+    }
+  } else if (t->behaviour == 3 && sl->state == W_OPEN) {
+    /* No callback: it ends, silently, by the scheduler's close at the
+     * latest. */
+    CHECK_RC(uvs_worker_close(&sl->w, UVS_DRAIN, NULL), 0);
+    sl->state = W_SCLOSING;
+    model_close(t->slot, UVS_DRAIN);
+  }
+out:
+  uv_mutex_lock(&model_lock);
+  sl->ran_active = 0;
+  uv_mutex_unlock(&model_lock);
+}
+
+
+static void done_cb(uvs_task_t* task, int status) {
+  ftask_t* t;
+
+  CHECK(on_loop());
+  t = (ftask_t*) task;
+  CHECK(t->has_done);
+  CHECK(in_custody(t));
+  if (t->period != 0) {
+    CHECK_RC(status, UV_ECANCELED);
+  } else if (status == 0) {
+    CHECK(t->runs == 1);
+    CHECK(t->state == T_QUEUED || t->state == T_DELAYED);
+  } else {
+    CHECK_RC(status, UV_ECANCELED);
+    CHECK(t->runs == 0);
+    CHECK(!t->cancel_busy);
+  }
+  handed_back++;
+  if (status != 0)
+    handed_back_cancelled++;
+  t->state = T_FINISHED;
+}
+
+
+static void post_fn(void* arg) {
+  slot_t* sl;
+
+  sl = arg;
+  uv_mutex_lock(&model_lock);
+  CHECK(on_loop() == (sl != &slots[2]));
+  CHECK(!sl->ran_active);
+  posts_ran++;
+  uv_mutex_unlock(&model_lock);
+}
+
+
+static void worker_close_cb(uvs_worker_t* w) {
+  slot_t* sl;
+  int i;
+
+  CHECK(on_loop());
+  sl = &slots[slot_of(w)];
+  CHECK(sl->state == W_CLOSING);
+  CHECK(sched_close_cbs == 0);
+  CHECK(!sl->ran_active);
+  /* Its last task was handed back, and done-less ones were released. */
+  for (i = 0; i < NTASK; i++) {
+    if (tasks[i].slot != slot_of(w) || !in_custody(&tasks[i]))
+      continue;
+    CHECK(!tasks[i].has_done);
+    tasks[i].state = T_FINISHED;
+    released_close++;
+  }
+  sl->close_cbs++;
+  sl->state = W_CLOSED;
+}
+
+
+static void sched_close_cb(uvs_sched_t* s) {
+  int i;
+
+  CHECK(on_loop());
+  CHECK(sched_state == S_CLOSING);
+  for (i = 0; i < NSLOT; i++) {
+    CHECK(slots[i].state != W_OPEN && slots[i].state != W_CLOSING);
+    if (slots[i].state == W_SCLOSING)
+      slots[i].state = W_CLOSED;
+  }
+  for (i = 0; i < NTASK; i++) {
+    if (!in_custody(&tasks[i]))
+      continue;
+    CHECK(!tasks[i].has_done);
+    tasks[i].state = T_FINISHED;
+    released_close++;
+  }
+  sched_close_cbs++;
+  sched_state = S_CLOSED;
+  uvs_sched_stats(s, &final_stats);
+}
+
+
+/* What a close of slot s does to its tasks, as far as it is known now. */
+static void model_close(int s, uvs_close_how_t how) {
+  ftask_t* t;
+  int i;
+
+  uv_mutex_lock(&model_lock);
+  for (i = 0; i < NTASK; i++) {
+    t = &tasks[i];
+    if (t->slot != s || !in_custody(t) || t->state == T_CANCELLED)
+      continue;
+    if (!t->has_done) {
+      /* Released by its run or by the close, at the latest when the close
+       * callback runs: not touched until then. */
+      t->limbo = 1;
+      continue;
+    }
+    if (how == UVS_CANCEL) {
+      /* Everything not started is handed back; a pool task may be
+       * running. */
+      if (s == 2)
+        t->close_hit = 1;
+      else
+        t->state = T_CANCELLED;
+    } else if (t->state == T_DELAYED || t->state == T_PERIODIC) {
+      /* Run once more if due, dropped if not. */
+      t->uncertain = 1;
+    }
+  }
+  uv_mutex_unlock(&model_lock);
+}
+
+
+/* ---- operations --------------------------------------------------------- */
+
+typedef struct {
+  const uint8_t* p;
+  size_t n;
+} input_t;
+
+static unsigned take(input_t* in) {
+  unsigned v;
+
+  if (in->n == 0)
+    return 0;
+  v = *in->p++;
+  in->n--;
+  return v;
+}
+
+
+static uint64_t delay_of(unsigned b) {
+  switch (b & 7) {
+    case 5:
+      return MAX_MS;
+    case 6:
+      return MAX_MS + 1;
+    case 7:
+      return UINT64_MAX;
+    default:
+      return b & 3; /* 0-3 ms */
+  }
+}
+
+
+/* The code SPEC gives a schedule of t onto slot s; busy says whether the
+ * task is the library's. */
+static int expect_schedule(int s, ftask_t* t, int bad_args) {
+  if (slots[s].state == W_FREE || (t->limbo && in_custody(t)))
+    return 1; /* not an initialised worker, or custody unknown: not called */
+  if (bad_args)
+    return UV_EINVAL;
+  if (slots[s].state != W_OPEN || sched_state != S_OPEN)
+    return UV_ESHUTDOWN;
+  if (in_custody(t))
+    return UV_EBUSY;
+  return 0;
+}
+
+
+static void model_accept(ftask_t* t, int s, int state, uint64_t delay,
+                   uint64_t period, unsigned behaviour) {
+  uv_mutex_lock(&model_lock);
+  t->state = state;
+  t->slot = s;
+  t->runs = 0;
+  t->cancel_busy = 0;
+  t->close_hit = 0;
+  t->uncertain = 0;
+  t->limbo = 0;
+  t->periodic_cancelled = 0;
+  t->period = period;
+  t->behaviour = (int) behaviour;
+  t->seq = (state == T_QUEUED && s != 2) ? slots[s].next_seq++ : -1;
+  if (state == T_QUEUED)
+    t->not_before = 0;
+  else
+    t->not_before = uv_hrtime() + delay * 1000000u;
+  uv_mutex_unlock(&model_lock);
+  accepted++;
+  custodies++;
+}
+
+
+static void op_schedule(input_t* in, int kind) {
+  unsigned a;
+  unsigned b;
+  ftask_t* t;
+  uint64_t delay;
+  uint64_t period;
+  uint64_t t_call;
+  int s;
+  int want;
+  int err;
+
+  a = take(in);
+  b = take(in);
+  s = (int) (a % NSLOT);
+  t = &tasks[(a >> 2) % NTASK];
+  delay = kind == 0 ? 0 : delay_of(b);
+  period = kind == 2 ? ((b >> 3) & 3) : 0;
+  if (kind == 2 && period == 3)
+    period = MAX_MS + 1;
+  want = expect_schedule(s, t,
+                         delay > MAX_MS ||
+                             (kind == 2 && (period == 0 || period > MAX_MS ||
+                                            !t->has_done)));
+  if (want == 1)
+    return;
+  t_call = uv_hrtime();
+  if (kind == 0)
+    err = uvs_schedule(&slots[s].w, &t->t);
+  else if (kind == 1)
+    err = uvs_schedule_after(&slots[s].w, &t->t, delay);
+  else
+    err = uvs_schedule_every(&slots[s].w, &t->t, delay, period);
+  CHECK_RC(err, want);
+  if (err == 0) {
+    model_accept(t, s, kind == 0 ? T_QUEUED : kind == 1 ? T_DELAYED : T_PERIODIC,
+           delay, period, (b >> 5) & 3);
+    if (kind != 0)
+      t->not_before = t_call + delay * 1000000u;
+  }
+}
+
+
+static void op_cancel(input_t* in) {
+  ftask_t* t;
+  int err;
+
+  t = &tasks[take(in) % NTASK];
+  err = uvs_task_cancel(&t->t);
+  uv_mutex_lock(&model_lock);
+  if (t->state == T_IDLE || !t->has_done) {
+    CHECK_RC(err, UV_EINVAL);
+  } else if (t->state == T_FINISHED || t->state == T_CANCELLED ||
+             t->cancel_busy || t->close_hit) {
+    CHECK_RC(err, UV_EBUSY);
+  } else if (t->uncertain) {
+    if (err == 0) {
+      t->state = T_CANCELLED;
+      t->periodic_cancelled = t->period != 0;
+    } else {
+      CHECK_RC(err, UV_EBUSY); /* dropped, or taken by a drain */
+      t->close_hit = 1;
+    }
+  } else if (t->state == T_PERIODIC) {
+    CHECK_RC(err, 0);
+    t->state = T_CANCELLED;
+    t->periodic_cancelled = 1;
+  } else if (t->slot == 2 && err != 0) {
+    /* A pool drain took it already (a delayed one fell due first). */
+    CHECK_RC(err, UV_EBUSY);
+    t->cancel_busy = 1;
+  } else {
+    CHECK_RC(err, 0);
+    t->state = T_CANCELLED;
+  }
+  uv_mutex_unlock(&model_lock);
+}
+
+
+static void op_post(input_t* in) {
+  unsigned a;
+  int s;
+  int want;
+  int err;
+
+  a = take(in);
+  s = (int) (a % NSLOT);
+  if (slots[s].state == W_FREE)
+    return;
+  want = (a & 4) ? UV_EINVAL
+         : (slots[s].state != W_OPEN || sched_state != S_OPEN) ? UV_ESHUTDOWN
+                                                                : 0;
+  err = uvs_post(&slots[s].w, (a & 4) ? NULL : post_fn, &slots[s]);
+  CHECK_RC(err, want);
+  if (err == 0)
+    posts_accepted++;
+}
+
+
+static void op_worker(input_t* in) {
+  unsigned a;
+  slot_t* sl;
+  int err;
+
+  a = take(in);
+  sl = &slots[a % NSLOT];
+  if (sl->state == W_FREE || sl->state == W_CLOSED) {
+    /* The memory is ours: (re)initialise it. */
+    err = uvs_worker_init(&sched, &sl->w, sl == &slots[2] ? UVS_POOL : UVS_LOOP);
+    CHECK_RC(err, sched_state == S_OPEN ? 0 : UV_ESHUTDOWN);
+    if (err == 0) {
+      sl->state = W_OPEN;
+      sl->last_seq = -1;
+    }
+    return;
+  }
+  err = uvs_worker_close(&sl->w, (a & 4) ? UVS_DRAIN : (a & 8) ? UVS_CANCEL
+                                                              : (uvs_close_how_t) 3,
+                         worker_close_cb);
+  if (!(a & 12))
+    CHECK_RC(err, UV_EINVAL);
+  else if (sl->state != W_OPEN)
+    CHECK_RC(err, UV_EINVAL);
+  else {
+    CHECK_RC(err, 0);
+    sl->state = W_CLOSING;
+    model_close(slot_of(&sl->w), (a & 4) ? UVS_DRAIN : UVS_CANCEL);
+  }
+}
+
+
+static void op_task_init(input_t* in) {
+  unsigned a;
+  ftask_t* t;
+
+  a = take(in);
+  t = &tasks[a % NTASK];
+  if (in_custody(t))
+    return; /* undefined: the library has it */
+  CHECK_RC(uvs_task_init(&t->t, (a & 8) ? NULL : run_cb,
+                         (a & 16) ? NULL : done_cb),
+           (a & 8) ? UV_EINVAL : 0);
+  if (!(a & 8)) {
+    t->state = T_IDLE;
+    t->has_done = !(a & 16);
+  }
+}
+
+
+static void close_sched(uvs_close_how_t how) {
+  int err;
+  int i;
+
+  err = uvs_sched_close(&sched, how, sched_close_cb);
+  CHECK_RC(err, sched_state == S_OPEN ? 0 : UV_EINVAL);
+  if (err == 0) {
+    sched_state = S_CLOSING;
+    /* Open workers close with it, without a callback of their own. */
+    for (i = 0; i < NSLOT; i++) {
+      if (slots[i].state == W_OPEN) {
+        slots[i].state = W_SCLOSING;
+        model_close(i, how);
+      }
+    }
+  }
+}
+
+
+static void op_sched_close(input_t* in) {
+  close_sched(take(in) & 1 ? UVS_DRAIN : UVS_CANCEL);
+}
+
+
+int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
+
+int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  input_t in;
+  long custody;
+  int waits;
+  int i;
+
+  if (size > 512)
+    return 0;
+  in.p = data;
+  in.n = size;
+  memset(slots, 0, sizeof(slots));
+  memset(tasks, 0, sizeof(tasks));
+  accepted = custodies = handed_back = handed_back_cancelled = 0;
+  released_run = released_close = 0;
+  runs_total = posts_accepted = posts_ran = 0;
+  sched_close_cbs = 0;
+  waits = 0;
+  loop_thread = uv_thread_self();
+  CHECK(uv_mutex_init(&model_lock) == 0);
+  CHECK(uv_loop_init(&loop) == 0);
+  CHECK(uvs_sched_init(&loop, &sched, NULL) == 0);
+  sched_state = S_OPEN;
+  for (i = 0; i < NTASK; i++) {
+    CHECK(uvs_task_init(&tasks[i].t, run_cb, i < 6 ? done_cb : NULL) == 0);
+    tasks[i].has_done = i < 6;
+  }
+
+  while (in.n > 0) {
+    switch (take(&in) % 12) {
+      case 0:
+      case 1:
+        op_schedule(&in, 0);
+        break;
+      case 2:
+        op_schedule(&in, 1);
+        break;
+      case 3:
+        op_schedule(&in, 2);
+        break;
+      case 4:
+        op_cancel(&in);
+        break;
+      case 5:
+        op_post(&in);
+        break;
+      case 6:
+        op_worker(&in);
+        break;
+      case 7:
+        op_task_init(&in);
+        break;
+      case 8:
+        op_sched_close(&in);
+        break;
+      case 9:
+        if (waits++ < 4)
+          uv_sleep(1 + take(&in) % 2);
+        /* fall through */
+      default:
+        uv_run(&loop, UV_RUN_NOWAIT);
+        break;
+    }
+  }
+
+  if (sched_state == S_OPEN)
+    close_sched(size & 1 ? UVS_DRAIN : UVS_CANCEL);
+  CHECK(uv_run(&loop, UV_RUN_DEFAULT) == 0);
+  CHECK(sched_state == S_CLOSED);
+  CHECK(sched_close_cbs == 1);
+  custody = 0;
+  for (i = 0; i < NTASK; i++) custody += in_custody(&tasks[i]) && tasks[i].has_done;
+  CHECK(custody == 0);
+  /* Every custody ended once; posts not run were dropped by a close. */
+  CHECK(custodies == handed_back + released_run + released_close);
+  CHECK(final_stats.pending == 0);
+  CHECK((long) final_stats.ran == runs_total + posts_ran);
+  CHECK((long) final_stats.scheduled == accepted + posts_accepted);
+  CHECK((long) final_stats.cancelled - handed_back_cancelled - released_close ==
+        posts_accepted - posts_ran);
+  CHECK(uv_loop_close(&loop) == 0);
+  uv_mutex_destroy(&model_lock);
+  return 0;
+}

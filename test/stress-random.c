@@ -1,0 +1,803 @@
+/* uvsched-stress: random operations from several threads, checked as they
+ * go against SPEC's invariants.
+ *
+ *   uvsched-stress [--seconds N] [--soak N] [--seed S] [--quiet]
+ *
+ * Three foreign threads and the loop thread each own a pool of tasks and,
+ * at random, schedule, schedule_after, schedule_every, cancel, post, close
+ * and re-create workers on two schedulers (one with the default budget, one
+ * with budget 7 and max_concurrency 2), each with two pool and two loop
+ * workers. Run callbacks sometimes take long, re-schedule their own task
+ * (at once or delayed) or try to re-schedule a periodic task (UV_EBUSY).
+ * Checked as it runs:
+ *
+ *   - every accepted task is handed back exactly once, with 0 only after
+ *     its run and UV_ECANCELED only without one (periodic: always
+ *     UV_ECANCELED); a rejected schedule is never handed back;
+ *   - per producer and worker, tasks and posts scheduled at once run in
+ *     the order of their schedule calls;
+ *   - never two run callbacks of one worker at once, each on the right
+ *     thread (pool or loop);
+ *   - nothing early: a delayed task not before t_call + delay, periodic
+ *     run k not before grid point k;
+ *   - cancel answers 0 or UV_EBUSY for a task in custody, UV_EBUSY for one
+ *     handed back, UV_EINVAL for one never scheduled; a task whose cancel
+ *     returned 0 is handed back with UV_ECANCELED and did not run;
+ *   - every schedule, post or close made after a worker's close returned is
+ *     answered UV_ESHUTDOWN (UV_EINVAL for the close);
+ *   - uvs_now() never decreases and is never ahead of uv_hrtime();
+ *   - at the end, after both schedulers closed: nothing left in custody,
+ *     every post ran or was dropped by a close (from the stats), and the
+ *     stats agree with what the callbacks saw.
+ *
+ * --seconds N runs for N seconds (default 3) and prints TAP. --soak N runs
+ * for N seconds and prints a line every 10 s: runs per second and the
+ * process's resident set size (RSS), which must stay flat.
+ */
+
+#include "task.h"
+
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <unistd.h>
+
+#define NSCHED 2
+#define NSLOT 4 /* per scheduler: 0 and 1 pool, 2 and 3 loop */
+#define NSLOTS (NSCHED * NSLOT)
+#define NFOREIGN 3
+#define NPROD (NFOREIGN + 1) /* producer NFOREIGN is the loop thread */
+#define LOOP_PROD NFOREIGN
+#define NTASK 256
+#define MAX_PERIODIC 6
+#define POST_PENDING_MAX 20000
+#define LOOP_OPS 24 /* per 1 ms timer tick */
+
+/* slot phases */
+enum { S_OPEN, S_CLAIMED, S_CLOSING, S_CLOSED, S_INIT, S_SCHED_CLOSED };
+/* task custody, as the test sees it */
+enum { T_FREE, T_SUBMIT, T_CUSTODY, T_RETURNED };
+enum { K_NOW, K_AFTER, K_EVERY };
+
+typedef struct {
+  uvs_worker_t worker;
+  uv_rwlock_t lock; /* read: a call on worker; write: uvs_worker_init */
+  atomic_int phase;
+  atomic_int inflight; /* run callbacks executing */
+  int sched;
+  uvs_where_t where;
+  long last_seq[NPROD]; /* by run callbacks, one at a time */
+  long next_seq[NPROD]; /* by producer p only */
+  uint64_t closed_at;   /* ms, set before phase becomes S_CLOSED */
+  atomic_long closes;
+} slot_t;
+
+typedef struct {
+  uvs_task_t task;
+  int owner;
+  atomic_int state;
+  int slot;
+  int kind;  /* may change in run_cb (a re-schedule) */
+  int pkind; /* the kind its owner scheduled: the owner's alone */
+  long seq; /* -1: not ordered */
+  uint64_t t_call;
+  uint64_t delay;
+  uint64_t period;
+  int runs; /* in the current schedule (periodic: all its runs) */
+  int status;
+  int cancel_ok;
+  int ever_accepted;
+  int depth; /* self re-schedules in this custody */
+  long accepts;
+  atomic_long dones;
+} stask_t;
+
+typedef struct {
+  uint64_t rng;
+  stask_t tasks[NTASK];
+  unsigned cursor;
+  int periodic_live;
+  long ops;
+  long post_accepts;
+  long task_accepts;
+  long cancels_ok;
+  long shutdowns;
+  uint64_t last_now;
+} producer_t;
+
+static uv_loop_t loop;
+static uvs_sched_t scheds[NSCHED];
+static slot_t slots[NSLOTS];
+static producer_t prods[NPROD];
+static uv_thread_t threads[NFOREIGN];
+static uv_thread_t loop_thread;
+static uv_timer_t tick;
+static atomic_int stop;
+static atomic_int scheds_closing; /* set after both uvs_sched_close returned */
+static int stopped;
+
+static atomic_long task_runs;
+static atomic_long post_runs;
+static atomic_long self_accepts;
+static long dones_ok;        /* loop thread */
+static long dones_cancelled; /* loop thread */
+static uvs_stats_t final_stats[NSCHED];
+static int scheds_closed;
+
+static uint64_t start_ms;
+static uint64_t end_ms;
+static int soak;
+static int quiet;
+static uint64_t next_report;
+static long last_report_runs;
+static uint64_t last_report_ms;
+static unsigned long seed = 1;
+
+/* Defined in runner.c for the test suite; this program is its own. */
+const char* test_skip_reason;
+
+void test_failed(const char* file, int line, const char* fmt, ...) {
+  va_list ap;
+
+  fflush(stdout);
+  fprintf(stderr, "Assertion failed in %s on line %d: ", file, line);
+  va_start(ap, fmt);
+  vfprintf(stderr, fmt, ap);
+  va_end(ap);
+  fprintf(stderr, " (seed %lu)\n", seed);
+  fflush(stderr);
+  printf("not ok 1 - stress_random\n");
+  fflush(stdout);
+  abort();
+}
+
+
+static unsigned rnd(producer_t* p) {
+  /* xorshift64* */
+  p->rng ^= p->rng >> 12;
+  p->rng ^= p->rng << 25;
+  p->rng ^= p->rng >> 27;
+  return (unsigned) ((p->rng * 2685821657736338717ull) >> 33);
+}
+
+
+static int on_loop_thread(void) {
+  return test_on_thread(loop_thread);
+}
+
+
+static long rss_kb(void) {
+  FILE* f;
+  long pages;
+  long rss;
+
+  f = fopen("/proc/self/statm", "r");
+  if (f == NULL)
+    return -1;
+  if (fscanf(f, "%ld %ld", &pages, &rss) != 2)
+    rss = -1;
+  fclose(f);
+  return rss < 0 ? -1 : rss * (sysconf(_SC_PAGESIZE) / 1024);
+}
+
+
+/* ---- callbacks ---------------------------------------------------------- */
+
+static void enter_run(slot_t* sl) {
+  ASSERT_EQ(atomic_fetch_add(&sl->inflight, 1), 0);
+  ASSERT_EQ(on_loop_thread(), sl->where == UVS_LOOP);
+}
+
+
+static void leave_run(slot_t* sl) {
+  ASSERT_EQ(atomic_fetch_sub(&sl->inflight, 1), 1);
+}
+
+
+static void check_order(slot_t* sl, int owner, long seq) {
+  if (seq < 0)
+    return;
+  ASSERT_GT(seq, sl->last_seq[owner]);
+  sl->last_seq[owner] = seq;
+}
+
+
+static void run_cb(uvs_task_t* task) {
+  stask_t* t;
+  slot_t* sl;
+  uint64_t now;
+  uint64_t r;
+  int err;
+
+  t = TEST_CONTAINER_OF(task, stask_t, task);
+  sl = &slots[t->slot];
+  enter_run(sl);
+  check_order(sl, t->owner, t->seq);
+  now = uv_hrtime();
+  if (t->kind == K_AFTER)
+    ASSERT_UINT64_GE(now, t->t_call + t->delay * 1000000u);
+  else if (t->kind == K_EVERY)
+    ASSERT_UINT64_GE(
+        now, t->t_call + (t->delay + (uint64_t) t->runs * t->period) * 1000000u);
+  t->runs++;
+  if (t->kind != K_EVERY)
+    ASSERT_EQ(t->runs, 1);
+
+  r = (now >> 4) * 2654435761u;
+  if ((r >> 8) % 64 == 0)
+    test_spin_us(50 + (r >> 16) % 200); /* a long task: work piles up */
+
+  if (t->kind == K_EVERY) {
+    if ((r >> 20) % 16 == 0) {
+      err = uvs_schedule(&sl->worker, task);
+      if (err != UV_ESHUTDOWN)
+        ASSERT_ERR(err, UV_EBUSY);
+    }
+  } else if ((r >> 20) % 12 == 0 && t->depth < 8) {
+    /* Again from its own run_cb: this run hands nothing back. */
+    t->depth++;
+    t->seq = -1;
+    t->runs = 0;
+    t->kind = (r >> 24) & 1 ? K_AFTER : K_NOW;
+    t->delay = (r >> 25) % 3;
+    t->t_call = uv_hrtime();
+    if (t->kind == K_AFTER)
+      err = uvs_schedule_after(&sl->worker, task, t->delay);
+    else
+      err = uvs_schedule(&sl->worker, task);
+    if (err == 0) {
+      atomic_fetch_add(&self_accepts, 1);
+    } else {
+      ASSERT_ERR(err, UV_ESHUTDOWN);
+      /* Not accepted: this run hands the task back with 0. */
+      t->runs = 1;
+      t->kind = K_NOW;
+    }
+  }
+  atomic_fetch_add(&task_runs, 1);
+  leave_run(sl);
+}
+
+
+static void done_cb(uvs_task_t* task, int status) {
+  stask_t* t;
+  int st;
+
+  ASSERT(on_loop_thread());
+  t = TEST_CONTAINER_OF(task, stask_t, task);
+  if (t->kind == K_EVERY) {
+    ASSERT_ERR(status, UV_ECANCELED);
+  } else if (status == 0) {
+    ASSERT_EQ(t->runs, 1);
+  } else {
+    ASSERT_ERR(status, UV_ECANCELED);
+    ASSERT_EQ(t->runs, 0);
+  }
+  if (status == 0)
+    dones_ok++;
+  else
+    dones_cancelled++;
+  t->status = status;
+  atomic_fetch_add(&t->dones, 1);
+  /* Handed back once: only a submitted or accepted task can come back. */
+  st = atomic_load(&t->state);
+  ASSERT(st == T_SUBMIT || st == T_CUSTODY);
+  ASSERT(atomic_compare_exchange_strong(&t->state, &st, T_RETURNED));
+}
+
+
+static void post_fn(void* arg) {
+  uintptr_t v;
+  slot_t* sl;
+  int owner;
+  long seq;
+
+  v = (uintptr_t) arg;
+  owner = (int) (v & 0xff);
+  sl = &slots[(v >> 8) & 0xff];
+  seq = (long) (v >> 16);
+  enter_run(sl);
+  check_order(sl, owner, seq);
+  atomic_fetch_add(&post_runs, 1);
+  leave_run(sl);
+}
+
+
+static void worker_close_cb(uvs_worker_t* w) {
+  slot_t* sl;
+  int ph;
+
+  ASSERT(on_loop_thread());
+  sl = TEST_CONTAINER_OF(w, slot_t, worker);
+  ASSERT_EQ(atomic_load(&sl->inflight), 0);
+  ph = atomic_load(&sl->phase);
+  ASSERT(ph == S_CLAIMED || ph == S_CLOSING);
+  sl->closed_at = test_hrtime_ms();
+  atomic_fetch_add(&sl->closes, 1);
+  atomic_store(&sl->phase, S_CLOSED);
+}
+
+
+static void sched_close_cb(uvs_sched_t* s) {
+  int i;
+
+  i = (int) (s - scheds);
+  uvs_sched_stats(s, &final_stats[i]);
+  if (++scheds_closed < NSCHED)
+    return;
+  /* The foreign producers kept calling through both closes (every call
+   * after them answered UV_ESHUTDOWN, UV_EINVAL or UV_EBUSY as SPEC says);
+   * they never wait for the loop, so they stop promptly. */
+  atomic_store(&stop, 1);
+  for (i = 0; i < NFOREIGN; i++) ASSERT_OK(uv_thread_join(&threads[i]));
+}
+
+
+/* ---- producers ---------------------------------------------------------- */
+
+/* A task of p that is not in custody, checked and made free; or NULL. */
+static stask_t* get_task(producer_t* p) {
+  stask_t* t;
+  unsigned i;
+  int st;
+
+  for (i = 0; i < 16; i++) {
+    t = &p->tasks[p->cursor++ % NTASK];
+    st = atomic_load(&t->state);
+    if (st == T_RETURNED) {
+      ASSERT_EQ(atomic_load(&t->dones), t->accepts);
+      if (t->cancel_ok && t->kind != K_EVERY)
+        ASSERT_ERR(t->status, UV_ECANCELED);
+      if (t->pkind == K_EVERY)
+        p->periodic_live--;
+      atomic_store(&t->state, T_FREE);
+      st = T_FREE;
+    }
+    if (st == T_FREE)
+      return t;
+  }
+  return NULL;
+}
+
+
+static void check_shutdown(producer_t* p, int phase, int err) {
+  /* A close that returned before this call: UV_ESHUTDOWN, always. */
+  if (phase == S_CLOSING || phase == S_CLOSED || phase == S_SCHED_CLOSED)
+    ASSERT_ERR(err, UV_ESHUTDOWN);
+  else if (err != 0)
+    ASSERT_ERR(err, UV_ESHUTDOWN);
+  if (err == UV_ESHUTDOWN)
+    p->shutdowns++;
+}
+
+
+static void op_schedule(producer_t* p, int pi, int kind) {
+  stask_t* t;
+  slot_t* sl;
+  unsigned r;
+  int phase;
+  int err;
+  int st;
+
+  if (kind == K_EVERY && p->periodic_live >= MAX_PERIODIC)
+    kind = K_AFTER;
+  t = get_task(p);
+  if (t == NULL)
+    return;
+  r = rnd(p);
+  t->slot = (int) (r % NSLOTS);
+  sl = &slots[t->slot];
+  uv_rwlock_rdlock(&sl->lock);
+  phase = atomic_load(&scheds_closing) ? S_SCHED_CLOSED : atomic_load(&sl->phase);
+  t->kind = kind;
+  t->pkind = kind;
+  t->seq = kind == K_NOW ? sl->next_seq[pi]++ : -1;
+  t->delay = (r >> 8) % (kind == K_EVERY ? 8 : 20);
+  t->period = 1 + (r >> 16) % 8;
+  t->runs = 0;
+  t->cancel_ok = 0;
+  t->depth = 0;
+  t->status = 1;
+  atomic_store(&t->state, T_SUBMIT);
+  t->t_call = uv_hrtime();
+  if (kind == K_NOW)
+    err = uvs_schedule(&sl->worker, &t->task);
+  else if (kind == K_AFTER)
+    err = uvs_schedule_after(&sl->worker, &t->task, t->delay);
+  else
+    err = uvs_schedule_every(&sl->worker, &t->task, t->delay, t->period);
+  check_shutdown(p, phase, err);
+  if (err == 0) {
+    t->accepts++;
+    t->ever_accepted = 1;
+    p->task_accepts++;
+    if (kind == K_EVERY)
+      p->periodic_live++;
+    st = T_SUBMIT;
+    /* It may be handed back already (T_RETURNED). */
+    atomic_compare_exchange_strong(&t->state, &st, T_CUSTODY);
+  } else {
+    /* Rejected: never handed back. */
+    ASSERT_EQ(atomic_load(&t->state), T_SUBMIT);
+    atomic_store(&t->state, T_FREE);
+  }
+  uv_rwlock_rdunlock(&sl->lock);
+}
+
+
+static void op_post(producer_t* p, int pi) {
+  slot_t* sl;
+  unsigned r;
+  long seq;
+  int si;
+  int phase;
+  int err;
+
+  r = rnd(p);
+  si = (int) (r % NSLOTS);
+  sl = &slots[si];
+  if ((p->ops & 255) == 0) {
+    uvs_stats_t st;
+    uvs_sched_stats(&scheds[sl->sched], &st);
+    if (st.pending > POST_PENDING_MAX)
+      return;
+  }
+  uv_rwlock_rdlock(&sl->lock);
+  phase = atomic_load(&scheds_closing) ? S_SCHED_CLOSED : atomic_load(&sl->phase);
+  seq = sl->next_seq[pi]++;
+  err = uvs_post(&sl->worker, post_fn,
+                 (void*) (uintptr_t) (((uintptr_t) seq << 16) |
+                                      ((uintptr_t) si << 8) | (uintptr_t) pi));
+  check_shutdown(p, phase, err);
+  if (err == 0)
+    p->post_accepts++;
+  uv_rwlock_rdunlock(&sl->lock);
+}
+
+
+static void op_cancel(producer_t* p, stask_t* t) {
+  slot_t* sl;
+  int st;
+  int err;
+
+  /* Holding the slot's read lock keeps the worker from being re-created
+   * while the cancel may still look at it (see docs/reliability.md). */
+  sl = &slots[t->slot];
+  uv_rwlock_rdlock(&sl->lock);
+  st = atomic_load(&t->state);
+  err = uvs_task_cancel(&t->task);
+  if (st == T_FREE) {
+    ASSERT_ERR(err, t->ever_accepted ? UV_EBUSY : UV_EINVAL);
+  } else if (st == T_RETURNED) {
+    ASSERT_ERR(err, UV_EBUSY);
+  } else if (err == 0) {
+    t->cancel_ok = 1;
+    p->cancels_ok++;
+  } else {
+    ASSERT_ERR(err, UV_EBUSY);
+  }
+  uv_rwlock_rdunlock(&sl->lock);
+}
+
+
+static void op_cancel_periodic(producer_t* p) {
+  unsigned i;
+  stask_t* t;
+
+  for (i = 0; i < NTASK; i++) {
+    t = &p->tasks[(p->cursor + i) % NTASK];
+    if (t->pkind == K_EVERY && atomic_load(&t->state) == T_CUSTODY) {
+      op_cancel(p, t);
+      return;
+    }
+  }
+}
+
+
+static void op_close(producer_t* p) {
+  slot_t* sl;
+  unsigned r;
+  int phase;
+  int err;
+
+  r = rnd(p);
+  sl = &slots[r % NSLOTS];
+  uv_rwlock_rdlock(&sl->lock);
+  phase = S_OPEN;
+  if (atomic_compare_exchange_strong(&sl->phase, &phase, S_CLAIMED)) {
+    err = uvs_worker_close(&sl->worker, (r >> 8) & 1 ? UVS_DRAIN : UVS_CANCEL,
+                           worker_close_cb);
+    if (err != 0) {
+      /* Only a scheduler close can have closed it meanwhile. */
+      uint64_t until = test_hrtime_ms() + 1000;
+      ASSERT_ERR(err, UV_EINVAL);
+      while (!atomic_load(&scheds_closing) && test_hrtime_ms() < until)
+        uv_sleep(1); /* the loop sets the flag right after its calls */
+      ASSERT(atomic_load(&scheds_closing));
+      atomic_store(&sl->phase, S_OPEN);
+    } else {
+      phase = S_CLAIMED;
+      atomic_compare_exchange_strong(&sl->phase, &phase, S_CLOSING);
+    }
+  } else if (phase == S_CLOSING || phase == S_CLOSED) {
+    /* Closing or closed already. */
+    ASSERT_ERR(uvs_worker_close(&sl->worker, UVS_CANCEL, NULL), UV_EINVAL);
+  }
+  uv_rwlock_rdunlock(&sl->lock);
+}
+
+
+static void op_recreate(producer_t* p) {
+  slot_t* sl;
+  int phase;
+
+  sl = &slots[rnd(p) % NSLOTS];
+  if (atomic_load(&sl->phase) != S_CLOSED ||
+      test_hrtime_ms() < sl->closed_at + 2)
+    return;
+  uv_rwlock_wrlock(&sl->lock);
+  phase = S_CLOSED;
+  if (atomic_compare_exchange_strong(&sl->phase, &phase, S_INIT)) {
+    int closing = atomic_load(&scheds_closing);
+    int err = uvs_worker_init(&scheds[sl->sched], &sl->worker, sl->where);
+    if (closing)
+      ASSERT_ERR(err, UV_ESHUTDOWN);
+    else if (err != 0)
+      ASSERT_ERR(err, UV_ESHUTDOWN); /* the scheduler is closing */
+    atomic_store(&sl->phase, err == 0 ? S_OPEN : S_CLOSED);
+  }
+  uv_rwlock_wrunlock(&sl->lock);
+}
+
+
+static void check_now(producer_t* p) {
+  uint64_t now;
+  int s;
+
+  s = (int) (rnd(p) % NSCHED);
+  now = uvs_now(&scheds[s]);
+  ASSERT_UINT64_LE(now, test_hrtime_ms());
+  if (s == 0) {
+    ASSERT_UINT64_GE(now, p->last_now);
+    p->last_now = now;
+  }
+}
+
+
+static void one_op(producer_t* p, int pi) {
+  unsigned r;
+
+  p->ops++;
+  r = rnd(p) % 10000;
+  if (r < 3300)
+    op_schedule(p, pi, K_NOW);
+  else if (r < 5300)
+    op_post(p, pi);
+  else if (r < 7000)
+    op_schedule(p, pi, K_AFTER);
+  else if (r < 7200)
+    op_schedule(p, pi, K_EVERY);
+  else if (r < 9000)
+    op_cancel(p, &p->tasks[rnd(p) % NTASK]);
+  else if (r < 9150)
+    op_cancel_periodic(p);
+  else if (r < 9153)
+    op_close(p);
+  else if (r < 9600)
+    op_recreate(p);
+  else
+    check_now(p);
+}
+
+
+static void foreign_producer(void* arg) {
+  producer_t* p;
+  int pi;
+
+  pi = (int) (intptr_t) arg;
+  p = &prods[pi];
+  while (!atomic_load(&stop)) {
+    one_op(p, pi);
+    if ((p->ops & 1023) == 0)
+      uv_sleep(1); /* let the loop catch up now and then */
+  }
+}
+
+
+/* ---- the loop ----------------------------------------------------------- */
+
+static void report(uint64_t now) {
+  long runs;
+  uvs_stats_t st[NSCHED];
+  int i;
+
+  runs = atomic_load(&task_runs) + atomic_load(&post_runs);
+  for (i = 0; i < NSCHED; i++) uvs_sched_stats(&scheds[i], &st[i]);
+  printf("# t=%5.0fs runs/s=%9.0f rss_kb=%7ld runs=%ld pending=%" PRIu64
+         " done_ok=%ld cancelled=%ld\n",
+         (double) (now - start_ms) / 1000.0,
+         (double) (runs - last_report_runs) * 1000.0 /
+             (double) (now - last_report_ms),
+         rss_kb(), runs, st[0].pending + st[1].pending, dones_ok,
+         dones_cancelled);
+  fflush(stdout);
+  last_report_runs = runs;
+  last_report_ms = now;
+}
+
+
+static void finish(void) {
+  stopped = 1;
+  uv_close((uv_handle_t*) &tick, NULL);
+  ASSERT_OK(uvs_sched_close(&scheds[0], seed & 1 ? UVS_DRAIN : UVS_CANCEL,
+                            sched_close_cb));
+  ASSERT_OK(uvs_sched_close(&scheds[1], seed & 2 ? UVS_DRAIN : UVS_CANCEL,
+                            sched_close_cb));
+  atomic_store(&scheds_closing, 1);
+}
+
+
+static void tick_cb(uv_timer_t* handle) {
+  uint64_t now;
+  int i;
+
+  (void) handle;
+  if (stopped)
+    return;
+  now = test_hrtime_ms();
+  if (soak && now >= next_report) {
+    report(now);
+    next_report += 10000;
+  }
+  if (now >= end_ms) {
+    finish();
+    return;
+  }
+  for (i = 0; i < LOOP_OPS; i++) one_op(&prods[LOOP_PROD], LOOP_PROD);
+}
+
+
+static void final_checks(void) {
+  long task_accepts;
+  long post_accepts;
+  long dropped;
+  uint64_t scheduled;
+  uint64_t ran;
+  uint64_t cancelled;
+  int i;
+  int j;
+
+  task_accepts = 0;
+  post_accepts = 0;
+  for (i = 0; i < NPROD; i++) {
+    task_accepts += prods[i].task_accepts;
+    post_accepts += prods[i].post_accepts;
+    for (j = 0; j < NTASK; j++) {
+      stask_t* t = &prods[i].tasks[j];
+      int st = atomic_load(&t->state);
+      /* Nothing is left in custody, and each custody ended once. */
+      ASSERT(st == T_FREE || st == T_RETURNED);
+      ASSERT_EQ(atomic_load(&t->dones), t->accepts);
+      if (st == T_RETURNED && t->cancel_ok && t->kind != K_EVERY)
+        ASSERT_ERR(t->status, UV_ECANCELED);
+    }
+  }
+  for (i = 0; i < NSLOTS; i++) ASSERT_EQ(atomic_load(&slots[i].inflight), 0);
+
+  scheduled = ran = cancelled = 0;
+  for (i = 0; i < NSCHED; i++) {
+    ASSERT_UINT64_EQ(final_stats[i].pending, 0);
+    scheduled += final_stats[i].scheduled;
+    ran += final_stats[i].ran;
+    cancelled += final_stats[i].cancelled;
+  }
+  ASSERT_EQ(dones_ok + dones_cancelled, task_accepts);
+  ASSERT_UINT64_EQ(scheduled, (uint64_t) (task_accepts + post_accepts +
+                                          atomic_load(&self_accepts)));
+  ASSERT_UINT64_EQ(ran,
+                   (uint64_t) (atomic_load(&task_runs) + atomic_load(&post_runs)));
+  /* Posts have no done_cb: those not run were dropped by a close, and the
+   * stats count them as cancelled. */
+  dropped = (long) cancelled - dones_cancelled;
+  ASSERT_GE(dropped, 0);
+  ASSERT_EQ(post_accepts, atomic_load(&post_runs) + dropped);
+
+  if (!quiet || soak) {
+    long closes = 0;
+    long ops = 0;
+    long cancels = 0;
+    long shut = 0;
+    for (i = 0; i < NSLOTS; i++) closes += atomic_load(&slots[i].closes);
+    for (i = 0; i < NPROD; i++) {
+      ops += prods[i].ops;
+      cancels += prods[i].cancels_ok;
+      shut += prods[i].shutdowns;
+    }
+    printf("# %.1f s, seed %lu: %ld ops, %ld task runs, %ld posts run, "
+           "%ld tasks accepted (+%ld from run_cb), %ld posts accepted, "
+           "%ld cancelled by cancel, %ld handed back 0, %ld handed back "
+           "ECANCELED, %ld posts dropped by closes, %ld worker closes, %ld "
+           "UV_ESHUTDOWN answers\n",
+           (double) (test_hrtime_ms() - start_ms) / 1000.0, seed, ops,
+           atomic_load(&task_runs), atomic_load(&post_runs), task_accepts,
+           atomic_load(&self_accepts), post_accepts, cancels, dones_ok,
+           dones_cancelled, dropped, closes, shut);
+  }
+}
+
+
+static void usage(const char* argv0) {
+  fprintf(stderr, "usage: %s [--seconds N] [--soak N] [--seed S] [--quiet]\n",
+          argv0);
+  exit(2);
+}
+
+
+int main(int argc, char** argv) {
+  uvs_sched_options_t opts[NSCHED];
+  double seconds;
+  int i;
+  int j;
+
+  seconds = 3;
+  seed = (unsigned long) uv_hrtime();
+  for (i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--seconds") == 0 && i + 1 < argc) {
+      seconds = atof(argv[++i]);
+    } else if (strcmp(argv[i], "--soak") == 0 && i + 1 < argc) {
+      seconds = atof(argv[++i]);
+      soak = 1;
+    } else if (strcmp(argv[i], "--seed") == 0 && i + 1 < argc) {
+      seed = strtoul(argv[++i], NULL, 0);
+    } else if (strcmp(argv[i], "--quiet") == 0) {
+      quiet = 1;
+    } else {
+      usage(argv[0]);
+    }
+  }
+  printf("1..1\n# seed %lu, %.0f s%s\n", seed, seconds, soak ? ", soak" : "");
+  fflush(stdout);
+
+  memset(opts, 0, sizeof(opts));
+  opts[1].budget = 7;
+  opts[1].max_concurrency = 2;
+  loop_thread = uv_thread_self();
+  ASSERT_OK(uv_loop_init(&loop));
+  for (i = 0; i < NSCHED; i++) {
+    opts[i].keep_alive = 1;
+    ASSERT_OK(uvs_sched_init(&loop, &scheds[i], &opts[i]));
+  }
+  for (i = 0; i < NSLOTS; i++) {
+    slot_t* sl = &slots[i];
+    sl->sched = i / NSLOT;
+    sl->where = i % NSLOT < 2 ? UVS_POOL : UVS_LOOP;
+    ASSERT_OK(uv_rwlock_init(&sl->lock));
+    for (j = 0; j < NPROD; j++) sl->last_seq[j] = -1;
+    ASSERT_OK(uvs_worker_init(&scheds[sl->sched], &sl->worker, sl->where));
+  }
+  for (i = 0; i < NPROD; i++) {
+    prods[i].rng = seed * 0x9e3779b97f4a7c15ull + (uint64_t) i * 7919 + 1;
+    for (j = 0; j < NTASK; j++) {
+      prods[i].tasks[j].owner = i;
+      ASSERT_OK(uvs_task_init(&prods[i].tasks[j].task, run_cb, done_cb));
+    }
+  }
+
+  start_ms = test_hrtime_ms();
+  end_ms = start_ms + (uint64_t) (seconds * 1000);
+  next_report = start_ms + 10000;
+  last_report_ms = start_ms;
+  if (soak)
+    report(start_ms);
+  ASSERT_OK(uv_timer_init(&loop, &tick));
+  ASSERT_OK(uv_timer_start(&tick, tick_cb, 1, 1));
+  for (i = 0; i < NFOREIGN; i++)
+    ASSERT_OK(uv_thread_create(&threads[i], foreign_producer,
+                               (void*) (intptr_t) i));
+  ASSERT_OK(uv_run(&loop, UV_RUN_DEFAULT));
+  ASSERT_EQ(scheds_closed, NSCHED);
+  final_checks();
+  for (i = 0; i < NSLOTS; i++) uv_rwlock_destroy(&slots[i].lock);
+  ASSERT_OK(uv_loop_close(&loop));
+  printf("ok 1 - stress_random\n");
+  return 0;
+}
