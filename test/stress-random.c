@@ -278,10 +278,13 @@ static void done_cb(uvs_task_t* task, int status) {
     dones_cancelled++;
   t->status = status;
   atomic_fetch_add(&t->dones, 1);
-  /* Handed back once: only a submitted or accepted task can come back. */
+  /* Handed back once: only a submitted or accepted task can come back. The
+   * producer may move SUBMIT to CUSTODY just now (its schedule call has
+   * returned, the task already ran): try again on the value it wrote. */
   st = atomic_load(&t->state);
-  ASSERT(st == T_SUBMIT || st == T_CUSTODY);
-  ASSERT(atomic_compare_exchange_strong(&t->state, &st, T_RETURNED));
+  do
+    ASSERT(st == T_SUBMIT || st == T_CUSTODY);
+  while (!atomic_compare_exchange_strong(&t->state, &st, T_RETURNED));
 }
 
 
