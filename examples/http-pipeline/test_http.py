@@ -1,0 +1,399 @@
+#!/usr/bin/env python3
+"""Tests of examples/http-pipeline, one per name (meson suite 'examples'):
+
+  curl            curl requests: /health, /work (with the digest checked
+                  against hashlib), /stats, 404, 400, 405, 413, several URLs
+                  on one kept-alive connection
+  pipeline-order  bursts of pipelined requests on one socket, and on several
+                  sockets at once, in each mode: every answer comes back in
+                  request order with the right digest
+  disconnect      clients that vanish mid-pipeline: their queued work is
+                  cancelled, the server stays up, nothing leaks
+  errors          400 and 413 close the connection after the answers owed
+                  before them; 404 and 405 keep it; Connection: close and
+                  HTTP/1.0 are honoured
+  wrk             wrk with pipeline.lua (depth 16) in pool and loop mode for
+                  a few seconds: zero errors, zero out of order
+
+  test_http.py NAME --server BUILDDIR/examples/http-pipeline/http-pipeline
+
+Each test starts its own servers on free ports of 127.0.0.1 and stops them
+with SIGTERM; a server that exits non-zero (its order, overlap or leak
+checks, or a sanitizer) fails the test. Exit status: 0 passed, 1 failed,
+77 skipped (curl or wrk missing).
+"""
+
+import argparse
+import os
+import random
+import shutil
+import subprocess
+import sys
+import threading
+import time
+
+sys.dont_write_bytecode = True  # No __pycache__ in the source tree.
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+from harness import Server, request, work_body  # noqa: E402
+
+SKIP = 77
+
+
+class Failure(Exception):
+    pass
+
+
+def check(cond, what):
+    if not cond:
+        raise Failure(what)
+
+
+def stop_ok(server):
+    rc = server.stop()
+    sys.stdout.write(server.stderr)
+    check(rc == 0, "server %s exited %s" % (" ".join(server.args[1:]), rc))
+
+
+# ---------------------------------------------------------------- curl
+
+def curl(*args):
+    p = subprocess.run(["curl", "-sS", "--max-time", "30"] + list(args),
+                       stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, timeout=60)
+    # Decoded by hand: text=True would turn the CRLFs of -i into LFs.
+    p.stdout = p.stdout.decode("latin-1")
+    p.stderr = p.stderr.decode("latin-1", "replace")
+    return p
+
+
+def curl_status(url, *args):
+    p = curl("-o", "/dev/null", "-w", "%{http_code}", *args, url)
+    return int(p.stdout or "0")
+
+
+def test_curl(binary):
+    if shutil.which("curl") is None:
+        print("curl is not installed")
+        return SKIP
+    server = Server(binary, "pool", threads=2)
+    try:
+        u = server.url
+        p = curl(u + "/health")
+        check(p.returncode == 0 and p.stdout == "ok\n",
+              "/health: %r %r" % (p.stdout, p.stderr))
+        p = curl("-i", u + "/work?n=1000&id=curl-1")
+        check(p.returncode == 0, "/work: %s" % p.stderr)
+        head, _, body = p.stdout.partition("\r\n\r\n")
+        check(head.startswith("HTTP/1.1 200"), "/work status: %r" % head)
+        check(body == work_body("curl-1", 1000), "/work body: %r" % body)
+        check("id=curl-1" in body, "the body carries the id")
+
+        p = curl(u + "/stats")
+        check(p.returncode == 0 and '"mode":"pool"' in p.stdout,
+              "/stats: %r" % p.stdout)
+
+        check(curl_status(u + "/nope") == 404, "unknown path: 404")
+        check(curl_status(u + "/work?n=x&id=a") == 400, "bad n: 400")
+        check(curl_status(u + "/work?n=5") == 400, "no id: 400")
+        check(curl_status(u + "/work?n=5&id=a%20b") == 400, "bad id: 400")
+        check(curl_status(u + "/work?n=99999999&id=a") == 400, "n too big")
+        check(curl_status(u + "/health", "-X", "DELETE") == 405, "405")
+        check(curl_status(u + "/health", "-H", "X-Big: " + "x" * 9000) ==
+              413, "a header block over the limit: 413")
+        check(curl_status(u + "/health?" + "q" * 3000) == 413,
+              "a request target over the limit: 413")
+        check(curl_status(u + "/health", "--data-binary", "x" * 10000,
+                          "-X", "GET") == 413,
+              "a body over the limit: 413")
+
+        # Several URLs in one curl: one kept-alive connection, in order.
+        urls = [u + "/work?n=%d&id=seq-%d" % (50 * i, i) for i in range(8)]
+        p = curl("-v", *urls)
+        check(p.returncode == 0, "keep-alive: %s" % p.stderr)
+        check(p.stdout == "".join(work_body("seq-%d" % i, 50 * i)
+                                  for i in range(8)),
+              "keep-alive bodies: %r" % p.stdout)
+        check(p.stderr.count("Re-using existing connection") +
+              p.stderr.count("Reusing existing") >= 7,
+              "curl reused the connection")
+    finally:
+        stop_ok(server)
+    return 0
+
+
+# ------------------------------------------------------ pipeline-order
+
+def make_burst(prefix, count, rng, max_rounds):
+    """count pipelined requests, mostly /work with random costs so that an
+    order kept by accident would be unlikely; returns (bytes, expectations).
+    """
+    data, want = [], []
+    for i in range(count):
+        kind = rng.random()
+        if kind < 0.80:
+            token, rounds = "%s-%d" % (prefix, i), rng.randrange(max_rounds)
+            data.append(request("/work?n=%d&id=%s" % (rounds, token)))
+            want.append((200, work_body(token, rounds)))
+        elif kind < 0.90:
+            data.append(request("/health"))
+            want.append((200, "ok\n"))
+        elif kind < 0.97:
+            data.append(request("/missing/%d" % i))
+            want.append((404, None))
+        else:
+            data.append(request("/work?n=1"))  # no id
+            want.append((400, None))
+    return b"".join(data), want
+
+
+def run_burst(server, prefix, count, seed, max_rounds, errors):
+    rng = random.Random(seed)
+    data, want = make_burst(prefix, count, rng, max_rounds)
+    c = server.connect()
+    try:
+        sender = c.send_in_background(data)
+        for i, (status, body) in enumerate(want):
+            r = c.read_response()
+            if r is None:
+                errors.append("%s: EOF at answer %d" % (prefix, i))
+                return
+            if r[0] != status or (body is not None and r[2] != body):
+                errors.append("%s: answer %d is %d %r, expected %d %r" %
+                              (prefix, i, r[0], r[2][:80], status, body))
+                return
+        sender.join(30)
+    except Exception as e:  # noqa: BLE001 - reported as a failure
+        errors.append("%s: %r" % (prefix, e))
+    finally:
+        c.close()
+
+
+def test_pipeline_order(binary):
+    for mode in ("pool", "loop", "inline"):
+        server = Server(binary, mode, threads=4)
+        try:
+            errors = []
+            # One socket, a burst of 600 requests sent at once.
+            run_burst(server, "one-" + mode, 600, 1, 2000, errors)
+            check(not errors, "; ".join(errors))
+            # Eight sockets at once, 250 requests each.
+            threads = [threading.Thread(target=run_burst, args=(
+                server, "c%d-%s" % (k, mode), 250, 100 + k, 500, errors))
+                for k in range(8)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(120)
+            check(not errors, "; ".join(errors))
+            # More than the server owes before it stops reading (1024).
+            run_burst(server, "big-" + mode, 3000, 7, 20, errors)
+            check(not errors, "; ".join(errors))
+            print("%s: 5600 pipelined answers in order" % mode)
+        finally:
+            stop_ok(server)
+    return 0
+
+
+# ---------------------------------------------------------- disconnect
+
+def test_disconnect(binary):
+    for mode in ("pool", "loop"):
+        server = Server(binary, mode, threads=2)
+        try:
+            # Costly requests, so that most are still queued at the close
+            # (cheaper in loop mode, where they block the loop that would
+            # see the disconnect).
+            rounds = 20000 if mode == "pool" else 2000
+            burst = b"".join(request("/work?n=%d&id=gone-%d" % (rounds, i))
+                             for i in range(200))
+
+            # 1. Read one answer, then vanish.
+            c = server.connect()
+            c.send(burst)
+            r = c.read_response()
+            check(r is not None and r[2] == work_body("gone-0", rounds),
+                  "first answer before the disconnect")
+            c.close()
+
+            # 2. Vanish without reading anything; 3. several at once, with
+            # a reset instead of a FIN.
+            c = server.connect()
+            c.send(burst)
+            c.close()
+            import socket
+            import struct
+            for _ in range(5):
+                c = server.connect()
+                c.send(burst)
+                c.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                                  struct.pack("ii", 1, 0))
+                c.close()
+
+            # The server stays up and gets back to idle: every task handed
+            # back, only the /stats connection open.
+            def idle():
+                s = server.stats()
+                return s["open"] == 1 and s["uvs_pending"] == 0
+            check(harness.wait_until(idle, 60), "server back to idle: %r" %
+                  server.stats())
+            s = server.stats()
+            print("%s: %r" % (mode, s))
+            check(s["cancelled"] > 0, "queued work was cancelled")
+            check(s["work_done"] + s["cancelled"] ==
+                  s["uvs_scheduled"], "every task handed back once")
+            c = server.connect()
+            check(c.get("/health")[0] == 200, "still serving")
+            c.close()
+        finally:
+            stop_ok(server)
+        check("leaks=0" in server.stderr, "leak count printed")
+
+    # A server stopped while work is queued and running hands it all back.
+    server = Server(binary, "pool", threads=2)
+    try:
+        c = server.connect()
+        c.send(b"".join(request("/work?n=20000&id=s-%d" % i)
+                        for i in range(100)))
+        c.read_response()
+    finally:
+        stop_ok(server)
+    c.close()
+    return 0
+
+
+# -------------------------------------------------------------- errors
+
+def test_errors(binary):
+    server = Server(binary, "pool", threads=2)
+    try:
+        # Answers owed before a bad request are still sent, in order, then
+        # the 400, then the server closes the connection.
+        c = server.connect()
+        c.send(request("/work?n=10&id=a") + request("/health") +
+               request("/work?n=20&id=b") + b"BLAH\x01 / HTTP/1.1\r\n\r\n" +
+               request("/health"))
+        check(c.read_response()[2] == work_body("a", 10), "1st")
+        check(c.read_response()[2] == "ok\n", "2nd")
+        check(c.read_response()[2] == work_body("b", 20), "3rd")
+        r = c.read_response()
+        check(r[0] == 400 and r[1].get("connection") == "close",
+              "400 with Connection: close: %r" % (r,))
+        check(c.at_eof(), "closed after the 400")
+        c.close()
+
+        # Oversized request target, header block and body: 413, closed.
+        for raw in (request("/" + "a" * 3000),
+                    request("/health", "X-Big: %s\r\n" % ("b" * 9000)),
+                    b"GET /health HTTP/1.1\r\nContent-Length: 100000\r\n\r\n"):
+            c = server.connect()
+            c.send(request("/health") + raw)
+            check(c.read_response()[0] == 200, "answer before the 413")
+            r = c.read_response()
+            check(r is not None and r[0] == 413, "413: %r" % (r,))
+            check(c.at_eof(), "closed after the 413")
+            c.close()
+
+        # 404 and 405 keep the connection; a body on a GET is read and
+        # skipped.
+        c = server.connect()
+        check(c.get("/nope")[0] == 404, "404")
+        c.send(b"POST /work HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello")
+        r = c.read_response()
+        check(r[0] == 405 and r[1].get("allow") == "GET", "405: %r" % (r,))
+        c.send(b"GET /health HTTP/1.1\r\nContent-Length: 3\r\n\r\nabc")
+        check(c.read_response()[2] == "ok\n", "GET with a body")
+        check(c.get("/work?n=3&id=k")[2] == work_body("k", 3),
+              "still alive")
+        c.close()
+
+        # Connection: close, and HTTP/1.0 without keep-alive: the answer,
+        # then EOF; whatever was pipelined after it is not answered.
+        c = server.connect()
+        c.send(request("/work?n=7&id=last", "Connection: close\r\n") +
+               request("/health"))
+        r = c.read_response()
+        check(r[2] == work_body("last", 7) and
+              r[1].get("connection") == "close", "Connection: close")
+        check(c.at_eof(), "closed after Connection: close")
+        c.close()
+        c = server.connect()
+        c.send(request("/health", version="1.0"))
+        check(c.read_response()[0] == 200, "HTTP/1.0")
+        check(c.at_eof(), "HTTP/1.0 closed")
+        c.close()
+        c = server.connect()
+        c.send(request("/health", "Connection: keep-alive\r\n", "1.0"))
+        r = c.read_response()
+        check(r[1].get("connection") == "keep-alive", "1.0 keep-alive")
+        check(c.get("/health")[0] == 200, "1.0 keep-alive kept")
+        c.close()
+
+        # Garbage, and a client that half-closes mid-request.
+        c = server.connect()
+        c.send(b"\x00\x01\x02garbage\r\n\r\n")
+        check(c.read_response()[0] == 400, "garbage: 400")
+        c.close()
+        c = server.connect()
+        c.send(b"GET /work?n=1&id=x HTTP/1.1\r\nHo")
+        c.sock.shutdown(1)
+        check(c.read_response() is None, "half a request, then EOF")
+        c.close()
+    finally:
+        stop_ok(server)
+    return 0
+
+
+# ----------------------------------------------------------------- wrk
+
+def test_wrk(binary):
+    if harness.wrk_path() is None:
+        print("wrk is not installed")
+        return SKIP
+    ncpu = os.cpu_count() or 1
+    for mode in ("pool", "loop"):
+        server = Server(binary, mode, threads=ncpu)
+        try:
+            r, out = harness.run_wrk(server.url, duration_s=3,
+                                     connections=16, threads=2, depth=16,
+                                     rounds=200)
+            sys.stdout.write(out)
+            check(r, "wrk printed no uvs-wrk line")
+            check(r["responses"] > 0, "wrk got answers")
+            check(r["errors"] == 0, "%s: %d errors" % (mode, r["errors"]))
+            check(r["out_of_order"] == 0,
+                  "%s: %d out of order" % (mode, r["out_of_order"]))
+            check(r["socket_errors"] == 0,
+                  "%s: %d socket errors" % (mode, r["socket_errors"]))
+        finally:
+            stop_ok(server)
+    return 0
+
+
+TESTS = {
+    "curl": test_curl,
+    "pipeline-order": test_pipeline_order,
+    "disconnect": test_disconnect,
+    "errors": test_errors,
+    "wrk": test_wrk,
+}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("test", choices=sorted(TESTS))
+    ap.add_argument("--server", required=True)
+    args = ap.parse_args()
+    t0 = time.monotonic()
+    try:
+        rc = TESTS[args.test](args.server)
+    except Failure as e:
+        print("FAILED: %s" % e)
+        return 1
+    print("%s: %s in %.1fs" % (args.test, "skipped" if rc == SKIP else "ok",
+                               time.monotonic() - t0))
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())
