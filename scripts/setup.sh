@@ -3,6 +3,8 @@
 #
 # Source it from bash, then call:
 #   uvs_install_deps            install the Debian packages that are missing
+#                               for building, testing and the demo
+#   uvs_install_docs_deps       the same for the Sphinx documentation
 #   uvs_install_pkgs PKG...     install the given packages (apt-get)
 #   uvs_configure DIR [OPT...]  `meson setup DIR OPT...`, reusing DIR with
 #                               --reconfigure when it is already configured
@@ -45,14 +47,17 @@ uvs_install_pkgs() {
   log=$(mktemp)
   if [ "$uvs_apt_updated" -eq 0 ]; then
     if ! DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get update -q \
-      </dev/null >"$log" 2>&1; then
+      -o DPkg::Lock::Timeout=600 </dev/null >"$log" 2>&1; then
       cat "$log"
       rm -f "$log"
       uvs_die "apt-get update failed"
     fi
     uvs_apt_updated=1
   fi
+  # Another apt run (unattended upgrades, a parallel job) may hold the dpkg
+  # lock for a while: wait for it rather than fail.
   if ! DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -q \
+    -o DPkg::Lock::Timeout=600 \
     --no-install-recommends "$@" </dev/null >"$log" 2>&1; then
     cat "$log"
     rm -f "$log"
@@ -61,7 +66,14 @@ uvs_install_pkgs() {
   rm -f "$log"
 }
 
-# Lists what is missing for building and testing with gcc, then installs it.
+# True if the Debian package $1 is installed.
+uvs_deb_installed() {
+  dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'
+}
+
+# Lists what is missing for building and testing with gcc, then installs it:
+# the toolchain and libuv for the library; libhttp-parser-dev for the HTTP
+# example (examples/http-pipeline), curl and wrk for its tests and the demo.
 uvs_install_deps() {
   local missing=() v
   if ! command -v gcc >/dev/null 2>&1; then
@@ -83,12 +95,24 @@ uvs_install_deps() {
     ! pkg-config --atleast-version="$UVS_LIBUV_MIN" libuv 2>/dev/null; then
     missing+=(libuv1-dev)
   fi
+  [ -e /usr/include/http_parser.h ] || missing+=(libhttp-parser-dev)
+  command -v curl >/dev/null 2>&1 || missing+=(curl)
+  command -v wrk >/dev/null 2>&1 || missing+=(wrk)
   if [ "${#missing[@]}" -eq 0 ]; then
     return 0
   fi
   uvs_install_pkgs "${missing[@]}"
   pkg-config --atleast-version="$UVS_LIBUV_MIN" libuv ||
     uvs_die "libuv >= $UVS_LIBUV_MIN not found after installing libuv1-dev"
+}
+
+# Sphinx for docs/, and MyST for the Markdown page it includes
+# (docs/benchmarks.md).
+uvs_install_docs_deps() {
+  local missing=()
+  command -v sphinx-build >/dev/null 2>&1 || missing+=(python3-sphinx)
+  uvs_deb_installed python3-myst-parser || missing+=(python3-myst-parser)
+  [ "${#missing[@]}" -eq 0 ] || uvs_install_pkgs "${missing[@]}"
 }
 
 # meson setup DIR, or meson setup --reconfigure DIR when DIR is configured.
