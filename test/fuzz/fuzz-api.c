@@ -78,7 +78,7 @@ typedef struct {
   int cancel_busy;   /* pool one-shot: a cancel found it taken */
   int close_hit;     /* pool: a cancelling close found it (cancel: EBUSY) */
   int uncertain;     /* a draining close may have run or dropped it */
-  int limbo;         /* done-less on a closing worker: released when? */
+  int limbo;         /* done-less on a closing or pool worker: released when? */
   int periodic_cancelled;
 } ftask_t;
 
@@ -374,7 +374,10 @@ static void model_accept(ftask_t* t, int s, int state, uint64_t delay,
   t->cancel_busy = 0;
   t->close_hit = 0;
   t->uncertain = 0;
-  t->limbo = 0;
+  /* A done-less task on the pool worker is released when its run_cb is
+   * entered, on a pool thread, a moment before run_cb tells the model:
+   * until then whether the library still has it is unknown here. */
+  t->limbo = s == 2 && !t->has_done;
   t->periodic_cancelled = 0;
   t->period = period;
   t->behaviour = (int) behaviour;
@@ -415,6 +418,18 @@ static void op_schedule(input_t* in, int kind) {
   if (want == 1)
     return;
   t_call = uv_hrtime();
+  /* The model takes the task first: a drain already running on the pool
+   * worker may take it from the inbox and run it before the call returns.
+   * The return code is still checked against the prediction. */
+  if (want == 0) {
+    model_accept(t, s, kind == 0 ? T_QUEUED : kind == 1 ? T_DELAYED : T_PERIODIC,
+           delay, period, (b >> 5) & 3);
+    if (kind != 0) {
+      uv_mutex_lock(&model_lock);
+      t->not_before = t_call + delay * 1000000u;
+      uv_mutex_unlock(&model_lock);
+    }
+  }
   if (kind == 0)
     err = uvs_schedule(&slots[s].w, &t->t);
   else if (kind == 1)
@@ -422,12 +437,6 @@ static void op_schedule(input_t* in, int kind) {
   else
     err = uvs_schedule_every(&slots[s].w, &t->t, delay, period);
   CHECK_RC(err, want);
-  if (err == 0) {
-    model_accept(t, s, kind == 0 ? T_QUEUED : kind == 1 ? T_DELAYED : T_PERIODIC,
-           delay, period, (b >> 5) & 3);
-    if (kind != 0)
-      t->not_before = t_call + delay * 1000000u;
-  }
 }
 
 
