@@ -15,10 +15,8 @@
  * compiler builtins (GCC and Clang; TSan understands them). */
 #define uvs__load(p) __atomic_load_n((p), __ATOMIC_ACQUIRE)
 #define uvs__load_relaxed(p) __atomic_load_n((p), __ATOMIC_RELAXED)
-#define uvs__load_sc(p) __atomic_load_n((p), __ATOMIC_SEQ_CST)
 #define uvs__store(p, v) __atomic_store_n((p), (v), __ATOMIC_RELEASE)
 #define uvs__store_relaxed(p, v) __atomic_store_n((p), (v), __ATOMIC_RELAXED)
-#define uvs__store_sc(p, v) __atomic_store_n((p), (v), __ATOMIC_SEQ_CST)
 #define uvs__add(p, v) __atomic_fetch_add((p), (v), __ATOMIC_SEQ_CST)
 #define uvs__sub(p, v) __atomic_fetch_sub((p), (v), __ATOMIC_SEQ_CST)
 /* A counter with one writer at a time: no read-modify-write needed. */
