@@ -50,7 +50,7 @@ int uvs__inbox_nonempty(uvs_worker_t* w) {
 /* Pops the oldest inbox node. Returns NULL when empty, and also, for a
  * moment, when a producer has swapped the tail but not linked yet; then
  * *busy is set. */
-static uvs__queue_t* pop(uvs_worker_t* w, int* busy) {
+static uvs__queue_t* pop(uvs_worker_t* w, int* busy, int last) {
   uvs__queue_t* head;
   uvs__queue_t* next;
 
@@ -70,6 +70,8 @@ static uvs__queue_t* pop(uvs_worker_t* w, int* busy) {
     w->inbox_head = next;
     return head;
   }
+  if (!last)
+    return NULL;
   if (uvs__load(&w->inbox_tail) != head) {
     *busy = 1;
     return NULL;
@@ -91,7 +93,7 @@ void uvs__inbox_flush(uvs_worker_t* w) {
   int busy;
 
   for (;;) {
-    n = pop(w, &busy);
+    n = pop(w, &busy, 1);
     if (n != NULL) {
       w->nsched++;
       uvs__queue_push(&w->fifo, n);
@@ -106,13 +108,13 @@ void uvs__inbox_flush(uvs_worker_t* w) {
 }
 
 
-uvs_task_t* uvs__inbox_take(uvs_worker_t* w) {
+uvs_task_t* uvs__inbox_take(uvs_worker_t* w, int last) {
   uvs__queue_t* n;
   int busy;
 
   n = uvs__queue_shift(&w->fifo);
   if (n == NULL) {
-    n = pop(w, &busy); /* a push in progress is picked up next time */
+    n = pop(w, &busy, last); /* a push in progress is picked up next time */
     if (n == NULL)
       return NULL;
     w->nsched++;

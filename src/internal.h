@@ -65,8 +65,11 @@ void uvs__inbox_push(uvs_worker_t* worker, uvs_task_t* task);
 int uvs__inbox_nonempty(uvs_worker_t* worker);
 /* Lock held: moves everything pushed so far to the FIFO's tail. */
 void uvs__inbox_flush(uvs_worker_t* worker);
-/* Lock held: the oldest queued task, or NULL. */
-uvs_task_t* uvs__inbox_take(uvs_worker_t* worker);
+/* Lock held: the oldest queued task, or NULL. With last = 0 it leaves the
+ * inbox's newest task where it is: taking it means swapping the tail that
+ * producers are swapping too, which a drain that has other tasks to run can
+ * leave for later. */
+uvs_task_t* uvs__inbox_take(uvs_worker_t* worker, int last);
 /* Lock held: tasks in the inbox (O(n); for stats). Tasks leaving the inbox
  * are counted in worker->nsched, so producers pay no counter. */
 uint64_t uvs__inbox_count(uvs_worker_t* worker);

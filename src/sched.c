@@ -398,7 +398,7 @@ static void drain(uvs_worker_t* w) {
 
     max = budget - ran < batch_max ? budget - ran : batch_max;
     for (n = 0; n < max; n++) {
-      t = uvs__inbox_take(w);
+      t = uvs__inbox_take(w, n == 0);
       if (t == NULL)
         break;
       __atomic_store_n(&slots[n], t, __ATOMIC_RELAXED);

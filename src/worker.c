@@ -84,7 +84,7 @@ void uvs__worker_close_sweep(uvs_worker_t* w) {
 
   s = w->sched;
   uvs__inbox_flush(w);
-  while ((t = uvs__inbox_take(w)) != NULL)
+  while ((t = uvs__inbox_take(w, 1)) != NULL)
     uvs__drop(s, t, UV_ECANCELED);
   /* Tasks of a running drain's batch that it has not taken yet. */
   for (i = 0; i < w->batch_len; i++) {
