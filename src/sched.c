@@ -357,6 +357,53 @@ static void run_one(uvs_sched_t* s,
 }
 
 
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ __volatile__("yield");
+#endif
+}
+
+
+/* linger_us: a pool drain that found its queue empty polls the inbox's tail
+ * for up to linger_us before it gives its thread back, so that a task
+ * scheduled meanwhile starts without a round trip through the loop and a
+ * thread wake. Lock held on entry and exit, not while polling. Returns 1 if
+ * work arrived, 0 if the time ran out or the worker or its scheduler began
+ * closing. Producers see the worker SCHEDULED all along and just push. */
+static int linger(uvs_sched_t* s, uvs_worker_t* w) {
+  uvs__queue_t* tail;
+  uint64_t end;
+  unsigned polls;
+  int arrived;
+
+  /* A push caught between its two steps shows as an empty batch with the
+   * tail moved: it will link in a moment, no need to wait for another. */
+  if (uvs__inbox_nonempty(w))
+    return 1;
+  tail = uvs__load_relaxed(&w->inbox_tail);
+  uv_mutex_unlock(&s->lock);
+  end = uv_hrtime() + (uint64_t) s->linger_us * 1000;
+  arrived = 0;
+  for (polls = 1;; polls++) {
+    if (__atomic_load_n(&w->inbox_tail, __ATOMIC_ACQUIRE) != tail) {
+      arrived = 1;
+      break;
+    }
+    if ((uvs__load(&w->flags) & UVS__W_CLOSING) ||
+        uvs__load(&s->state) != UVS__S_OPEN)
+      break;
+    /* The clock costs more than a poll: look at it every 64 polls. */
+    if (polls % 64 == 0 && uv_hrtime() >= end)
+      break;
+    cpu_relax();
+  }
+  uv_mutex_lock(&s->lock);
+  return arrived;
+}
+
+
 /* Runs up to budget tasks of a worker, a batch at a time. No lock held on
  * entry or exit. */
 static void drain(uvs_worker_t* w) {
@@ -404,8 +451,11 @@ static void drain(uvs_worker_t* w) {
       __atomic_store_n(&slots[n], t, __ATOMIC_RELAXED);
       t->node.prev = (uvs__queue_t*) ((uintptr_t) &slots[n] | 1);
     }
-    if (n == 0)
+    if (n == 0) {
+      if (s->linger_us != 0 && w->where == UVS_POOL && linger(s, w))
+        continue;
       break;
+    }
     w->batch = slots;
     w->batch_len = n;
     uv_mutex_unlock(&s->lock);
