@@ -4,7 +4,9 @@
  * from the schedule call to the start of the run, (a) along a chain of
  * tasks alternating between two pool workers, each task scheduling the
  * next from its run_cb, and (b) from a foreign thread to a loop worker,
- * each task scheduled as soon as the previous one ran.
+ * each task scheduled as soon as the previous one ran; and (c) the chain
+ * of (a) on a scheduler with linger_us = BENCH_LINGER_US, against (a): its
+ * latency and the process CPU it costs per hop.
  */
 
 #include "bench.h"
@@ -12,6 +14,10 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* Long enough to cover a hop (a few us), short enough to show the cost of
+ * a drain that waits in vain. */
+#define BENCH_LINGER_US 100
 
 typedef struct chain_s chain_t;
 
@@ -131,6 +137,18 @@ void bench_s9_report(const bench_cfg_t* cfg) {
   bench_row_t* pool99;
   bench_row_t* loop50;
   bench_row_t* loop99;
+  bench_row_t* linger50;
+  bench_row_t* linger99;
+  bench_row_t* linger_cpu;
+  uvs_sched_t lsched;
+  uvs_sched_options_t lopts;
+  uvs_worker_t lpw[2];
+  chain_t cl;
+  uint64_t cpu0;
+  double l50;
+  double l99;
+  double lcpu;
+  double ucpu;
   double* samples;
   double* samples_b;
   double u50;
@@ -158,6 +176,17 @@ void bench_s9_report(const bench_cfg_t* cfg) {
                      "thread -> loop, p99, vs bridge",
                      "us", BENCH_INFO, NAN, 0);
 
+  linger50 = bench_row("s9.linger-p50",
+                       "pool -> pool hand-off, p50, linger_us = 100 vs 0",
+                       "us", BENCH_INFO, NAN, 0);
+  linger99 = bench_row("s9.linger-p99",
+                       "pool -> pool hand-off, p99, linger_us = 100 vs 0",
+                       "us", BENCH_INFO, NAN, 0);
+  linger_cpu = bench_row("s9.linger-cpu",
+                         "process CPU per pool -> pool hand-off, "
+                         "linger_us = 100 vs 0",
+                         "us", BENCH_INFO, NAN, 0);
+
   n = cfg->report_hops;
   samples = bench_alloc(n, sizeof(*samples));
   samples_b = bench_alloc(n, sizeof(*samples_b));
@@ -170,10 +199,20 @@ void bench_s9_report(const bench_cfg_t* cfg) {
       bench_naive_init(&loop, &naive[1]) != 0 ||
       bench_bridge_init(&loop, &bridge) != 0)
     abort();
+  memset(&lopts, 0, sizeof(lopts));
+  lopts.linger_us = BENCH_LINGER_US;
+  if (uvs_sched_init(&loop, &lsched, &lopts) != 0 ||
+      uvs_worker_init(&lsched, &lpw[0], UVS_POOL) != 0 ||
+      uvs_worker_init(&lsched, &lpw[1], UVS_POOL) != 0)
+    abort();
   memset(&cu, 0, sizeof(cu));
   memset(&cn, 0, sizeof(cn));
   cu.n = cn.n = n;
   cu.out = cn.out = samples;
+  cl = cu;
+  cl.hops = bench_alloc(n, sizeof(hop_t));
+  cl.workers[0] = &lpw[0];
+  cl.workers[1] = &lpw[1];
   cu.hops = bench_alloc(n, sizeof(hop_t));
   cn.hops = bench_alloc(n, sizeof(hop_t));
   cu.workers[0] = &pw[0];
@@ -200,6 +239,28 @@ void bench_s9_report(const bench_cfg_t* cfg) {
     bench_row_add(pool50, u50, b50);
     bench_row_add(pool99, u99, b99);
 
+    /* linger_us against none, both uvsched, the same chain. */
+    u50 = u99 = l50 = l99 = lcpu = ucpu = NAN;
+    for (i = 0; i < 2; i++) {
+      cpu0 = bench_process_cpu();
+      if (bench_order(run, 2, i) == 0) {
+        if (chain_run(&loop, &cl, "s9 linger chain") == 0 && n > 1) {
+          lcpu = (double) (bench_process_cpu() - cpu0) / 1e3 / n;
+          l50 = bench_percentile(samples + 1, n - 1, 50) / 1e3;
+          l99 = bench_percentile(samples + 1, n - 1, 99) / 1e3;
+        }
+      } else {
+        if (chain_run(&loop, &cu, "s9 uvsched pool chain") == 0 && n > 1) {
+          ucpu = (double) (bench_process_cpu() - cpu0) / 1e3 / n;
+          u50 = bench_percentile(samples + 1, n - 1, 50) / 1e3;
+          u99 = bench_percentile(samples + 1, n - 1, 99) / 1e3;
+        }
+      }
+    }
+    bench_row_add(linger50, l50, u50);
+    bench_row_add(linger99, l99, u99);
+    bench_row_add(linger_cpu, lcpu, ucpu);
+
     u50 = u99 = b50 = b99 = NAN;
     if (bench_loop_latency(&loop, &lw, &bridge, n, 0, run % 2, samples,
                            samples_b, "s9 loop hand-off") == 0) {
@@ -213,11 +274,14 @@ void bench_s9_report(const bench_cfg_t* cfg) {
   }
 
   bench_check_stats(&sched, "s9");
+  bench_check_stats(&lsched, "s9 linger");
+  bench_sched_close(&loop, &lsched, "s9 linger");
   bench_bridge_close(&bridge);
   bench_naive_close(&naive[0]);
   bench_naive_close(&naive[1]);
   bench_sched_close(&loop, &sched, "s9");
   bench_loop_close(&loop, "s9");
+  bench_free(cl.hops);
   bench_free(cn.hops);
   bench_free(cu.hops);
   bench_free(samples_b);

@@ -394,9 +394,13 @@ static int linger(uvs_sched_t* s, uvs_worker_t* w) {
     if ((uvs__load(&w->flags) & UVS__W_CLOSING) ||
         uvs__load(&s->state) != UVS__S_OPEN)
       break;
-    /* The clock costs more than a poll: look at it every 64 polls. */
-    if (polls % 64 == 0 && uv_hrtime() >= end)
-      break;
+    /* The clock costs more than a poll: look at it every 64 polls, and
+     * let a thread that waits for this core (the loop's, say) run. */
+    if (polls % 64 == 0) {
+      if (uv_hrtime() >= end)
+        break;
+      sched_yield();
+    }
     cpu_relax();
   }
   uv_mutex_lock(&s->lock);
