@@ -2,8 +2,9 @@
  *
  * Nodes come from a per-scheduler free list that grows a chunk at a time
  * and is recycled after each run, so the steady state allocates nothing.
- * Chunks are freed when the scheduler closes. All of it is under the
- * scheduler's lock.
+ * Chunks are freed when the scheduler closes. The free list is under the
+ * scheduler's lock; the loop thread keeps a list of its own, refilled a
+ * chunk's worth at a time.
  */
 
 #include "internal.h"
@@ -34,6 +35,7 @@ static void post_run(uvs_task_t* task) {
 }
 
 
+/* Lock held: a node from the shared free list, growing it if empty. */
 static post_node_t* node_get(uvs_sched_t* s) {
   post_chunk_t* chunk;
   post_node_t* node;
@@ -56,6 +58,37 @@ static post_node_t* node_get(uvs_sched_t* s) {
 }
 
 
+/* Loop thread, no lock held: a node from the loop thread's own list, which
+ * takes up to a chunk's worth from the shared one at a time, so that posts
+ * from the loop take the lock once per UVS__POST_CHUNK. */
+static post_node_t* node_get_local(uvs_sched_t* s) {
+  post_node_t* first;
+  post_node_t* last;
+  unsigned i;
+
+  first = s->post_local;
+  if (first != NULL) {
+    s->post_local = first->next_free;
+    return first;
+  }
+  uv_mutex_lock(&s->lock);
+  first = node_get(s);
+  if (first != NULL) {
+    /* More of the shared list, up to a chunk, comes along. */
+    last = first;
+    for (i = 1; i < UVS__POST_CHUNK && s->post_free != NULL; i++) {
+      last->next_free = s->post_free;
+      last = last->next_free;
+      s->post_free = last->next_free;
+    }
+    last->next_free = NULL;
+    s->post_local = first->next_free;
+  }
+  uv_mutex_unlock(&s->lock);
+  return first;
+}
+
+
 void uvs__post_release(uvs_sched_t* s, uvs_task_t* task) {
   post_node_t* node;
 
@@ -73,6 +106,7 @@ void uvs__post_free_all(uvs_sched_t* s) {
     uvs__free(chunk);
   }
   s->post_free = NULL;
+  s->post_local = NULL;
 }
 
 
@@ -87,20 +121,28 @@ int uvs_post(uvs_worker_t* w, void (*fn)(void* arg), void* arg) {
   if (uvs__worker_pin(w, &foreign) != 0)
     return UV_ESHUTDOWN;
   s = w->sched;
-  uv_mutex_lock(&s->lock);
-  if ((w->flags & UVS__W_CLOSING) ||
-      uvs__load_relaxed(&s->state) != UVS__S_OPEN)
+  /* As for uvs_schedule: a close that starts after this check sweeps the
+   * node up like any task that arrived late. */
+  if ((uvs__load(&w->flags) & UVS__W_CLOSING) ||
+      uvs__load(&s->state) != UVS__S_OPEN) {
     err = UV_ESHUTDOWN;
-  else if ((node = node_get(s)) == NULL)
+  } else {
+    if (foreign) {
+      uv_mutex_lock(&s->lock);
+      node = node_get(s);
+      uv_mutex_unlock(&s->lock);
+    } else {
+      node = node_get_local(s);
+    }
     err = UV_ENOMEM;
-  else
-    err = 0;
-  uv_mutex_unlock(&s->lock);
-  if (err == 0) {
-    node->fn = fn;
-    node->arg = arg;
-    uvs_task_init(&node->task, post_run, NULL);
-    err = uvs__schedule_node(w, &node->task);
+    if (node != NULL) {
+      node->fn = fn;
+      node->arg = arg;
+      /* What accept_now() doesn't set; the links it sets itself. */
+      node->task.run_cb = post_run;
+      node->task.done_cb = NULL;
+      err = uvs__schedule_node(w, &node->task);
+    }
   }
   if (foreign)
     uvs__worker_leave(w);

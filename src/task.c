@@ -126,9 +126,14 @@ static int accept_now(uvs_worker_t* w, uvs_task_t* t, unsigned flags) {
   unsigned prev;
   int err;
 
-  err = claim(t, &claimed, &prev);
-  if (err != 0)
-    return err;
+  /* A post node is the library's own and nobody else can name it: nothing
+   * to claim it from. */
+  claimed = 0;
+  if (!(flags & UVS__T_POST)) {
+    err = claim(t, &claimed, &prev);
+    if (err != 0)
+      return err;
+  }
   /* The worker (release) after the claim, the state (release) last: a cancel
    * that sees this worker sees the claim, and one that sees the state sees
    * every field (cancel()). */

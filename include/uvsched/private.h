@@ -70,6 +70,7 @@ struct uvs__queue_s {
   struct uvs__timers_s* timers;                                                \
   void* post_free;                                                             \
   void* post_chunks;                                                           \
+  void* post_local; /* loop thread only: its own free nodes */                \
   uint64_t timer_due;   /* what the uv_timer is armed for */                  \
   uint64_t timer_asked; /* earliest due asked for since it was armed */        \
   uint64_t now; /* atomic */                                                   \
