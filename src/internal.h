@@ -22,6 +22,22 @@
 /* A counter with one writer at a time: no read-modify-write needed. */
 #define uvs__bump(p) uvs__store_relaxed((p), uvs__load_relaxed(p) + 1)
 
+/* Is the calling thread `t`? On every hot path, so without libuv's two
+ * out-of-line calls where uv_thread_t is a pthread_t. */
+#ifndef _WIN32
+#include <pthread.h>
+static inline int uvs__is_thread(const uv_thread_t* t) {
+  return pthread_equal(pthread_self(), *t);
+}
+#else
+static inline int uvs__is_thread(const uv_thread_t* t) {
+  uv_thread_t self;
+
+  self = uv_thread_self();
+  return uv_thread_equal(&self, t);
+}
+#endif
+
 /* ---- alloc.c ----------------------------------------------------------- */
 void* uvs__malloc(size_t size);
 void* uvs__calloc(size_t count, size_t size);

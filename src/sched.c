@@ -48,10 +48,7 @@ uint64_t uvs__now_ms(void) {
 
 
 int uvs__on_loop_thread(const uvs_sched_t* s) {
-  uv_thread_t self;
-
-  self = uv_thread_self();
-  return uv_thread_equal(&self, &s->thread);
+  return uvs__is_thread(&s->thread);
 }
 
 

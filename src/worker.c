@@ -26,14 +26,11 @@ void uvs__worker_leave(uvs_worker_t* w) {
 
 
 int uvs__worker_pin(uvs_worker_t* w, int* pinned) {
-  uv_thread_t self;
-
   /* On the loop thread a close can't complete under the caller (that
    * happens on the loop thread too); elsewhere the pin holds it off. Either
    * way a closed worker answers before its scheduler, which may be gone, is
    * touched. */
-  self = uv_thread_self();
-  *pinned = !uv_thread_equal(&self, &w->thread);
+  *pinned = !uvs__is_thread(&w->thread);
   if (*pinned)
     return uvs__worker_enter(w);
   return uvs__load(&w->closed) ? UV_ESHUTDOWN : 0;
