@@ -5,10 +5,11 @@
  *
  * Three foreign threads and the loop thread each own a pool of tasks and,
  * at random, schedule, schedule_after, schedule_every, cancel, post, close
- * and re-create workers on two schedulers (one with the default budget, one
- * with budget 7 and max_concurrency 2), each with two pool and two loop
- * workers. Run callbacks sometimes take long, re-schedule their own task
- * (at once or delayed) or try to re-schedule a periodic task (UV_EBUSY).
+ * and re-create workers on two schedulers (one with the default options,
+ * one with budget 7, max_concurrency 2 and linger_us 20), each with two
+ * pool and two loop workers. Run callbacks sometimes take long, re-schedule
+ * their own task (at once or delayed) or try to re-schedule a periodic task
+ * (UV_EBUSY).
  * Checked as it runs:
  *
  *   - every accepted task is handed back exactly once, with 0 only after
@@ -763,6 +764,7 @@ int main(int argc, char** argv) {
   memset(opts, 0, sizeof(opts));
   opts[1].budget = 7;
   opts[1].max_concurrency = 2;
+  opts[1].linger_us = 20;
   loop_thread = uv_thread_self();
   ASSERT_OK(uv_loop_init(&loop));
   for (i = 0; i < NSCHED; i++) {
