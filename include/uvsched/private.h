@@ -31,9 +31,6 @@ struct uvs__queue_s {
   unsigned inflight;               /* atomic: callers pinned in the API */     \
   unsigned closed;                 /* atomic */                                \
   unsigned flags;                  /* atomic loads, stores under the lock */   \
-  /* A cache line apart, so that a drain taking tasks doesn't steal the    \
-   * line producers swap the tail in. */                                       \
-  char gap[64];                                                                \
   /* Consumer side: under the scheduler's lock. */                             \
   struct uvs__queue_s* inbox_head;                                             \
   struct uvs__queue_s inbox_stub;                                              \
