@@ -177,11 +177,11 @@ void bench_s9_report(const bench_cfg_t* cfg) {
                      "us", BENCH_INFO, NAN, 0);
 
   linger50 = bench_row("s9.linger-p50",
-                       "pool -> pool hand-off, p50, linger_us = 100 vs 0",
-                       "us", BENCH_INFO, NAN, 0);
+                       "pool -> pool hand-off, p50, linger_us = 100 vs 0", "us",
+                       BENCH_INFO, NAN, 0);
   linger99 = bench_row("s9.linger-p99",
-                       "pool -> pool hand-off, p99, linger_us = 100 vs 0",
-                       "us", BENCH_INFO, NAN, 0);
+                       "pool -> pool hand-off, p99, linger_us = 100 vs 0", "us",
+                       BENCH_INFO, NAN, 0);
   linger_cpu = bench_row("s9.linger-cpu",
                          "process CPU per pool -> pool hand-off, "
                          "linger_us = 100 vs 0",
