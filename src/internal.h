@@ -155,6 +155,13 @@ enum {
 /* sched->state (atomic) */
 enum { UVS__S_OPEN = 0, UVS__S_CLOSING = 1, UVS__S_CLOSED = 2 };
 
+/* Schedules and posts onto w answer UV_ESHUTDOWN: it or its scheduler is
+ * closing. Any thread, no lock needed. */
+static inline int uvs__shut(uvs_sched_t* s, uvs_worker_t* w) {
+  return (uvs__load(&w->flags) & UVS__W_CLOSING) ||
+         uvs__load(&s->state) != UVS__S_OPEN;
+}
+
 /* ---- sched.c ----------------------------------------------------------- */
 int uvs__on_loop_thread(const uvs_sched_t* sched);
 /* Asks the loop thread to process the scheduler soon. Any thread, no lock

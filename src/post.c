@@ -123,8 +123,7 @@ int uvs_post(uvs_worker_t* w, void (*fn)(void* arg), void* arg) {
   s = w->sched;
   /* As for uvs_schedule: a close that starts after this check sweeps the
    * node up like any task that arrived late. */
-  if ((uvs__load(&w->flags) & UVS__W_CLOSING) ||
-      uvs__load(&s->state) != UVS__S_OPEN) {
+  if (uvs__shut(s, w)) {
     err = UV_ESHUTDOWN;
   } else {
     if (foreign) {

@@ -113,12 +113,6 @@ static void publish(uvs_task_t* t, unsigned claimed, unsigned state) {
 }
 
 
-static int shut(uvs_sched_t* s, uvs_worker_t* w) {
-  return (uvs__load(&w->flags) & UVS__W_CLOSING) ||
-         uvs__load(&s->state) != UVS__S_OPEN;
-}
-
-
 /* Schedules onto an open worker, on the lock-free path; flags are extra
  * state flags (UVS__T_POST). */
 static int accept_now(uvs_worker_t* w, uvs_task_t* t, unsigned flags) {
@@ -169,7 +163,7 @@ static int accept_later(uvs_worker_t* w,
   uv_mutex_lock(&s->lock);
   /* Checked again under the lock: a close holds it while it cancels the
    * worker's delayed tasks, so none can slip in behind it. */
-  if (shut(s, w)) {
+  if (uvs__shut(s, w)) {
     unclaim(t, claimed, prev);
     err = UV_ESHUTDOWN;
   } else {
@@ -210,7 +204,7 @@ int uvs__schedule(uvs_worker_t* w,
   if (uvs__worker_pin(w, &foreign) != 0)
     return UV_ESHUTDOWN;
   s = w->sched;
-  if (shut(s, w))
+  if (uvs__shut(s, w))
     err = UV_ESHUTDOWN;
   else if (delayed)
     err = accept_later(w, t, t_call, delay_ms, period_ms);
