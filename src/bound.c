@@ -21,8 +21,9 @@ static uint64_t queued_now(uvs_worker_t* w) {
 
   /* The outs first: they only grow, so a stale sum overstates queued, and a
    * bound decided on it errs on the side of "full". */
-  out = uvs__load(&w->q_out_run) + uvs__load(&w->q_out_lock);
-  in = uvs__load(&w->q_in);
+  out = __atomic_load_n(&w->q_out_run, __ATOMIC_SEQ_CST) +
+        __atomic_load_n(&w->q_out_lock, __ATOMIC_SEQ_CST);
+  in = __atomic_load_n(&w->q_in, __ATOMIC_SEQ_CST);
   return in > out ? in - out : 0;
 }
 
@@ -44,6 +45,11 @@ static uvs_task_t* take_oldest(uvs_worker_t* w) {
   uvs_task_t* t;
   unsigned i;
 
+  if (w->keys != NULL) {
+    uvs__inbox_flush(w);
+    uvs__keys_intake(w);
+    return uvs__keys_take(w);
+  }
   for (i = 0; i < w->batch_len; i++) {
     t = __atomic_load_n(&w->batch[i], __ATOMIC_ACQUIRE);
     if (t == UVS__SLOT_TAKEN || t == UVS__SLOT_TOMB)
@@ -72,6 +78,15 @@ static void evict_for(uvs_worker_t* w) {
 }
 
 
+/* The worker was full: space_cb is owed once it falls to low_water. A
+ * drain that made room just now may not have seen the mark: look again. */
+static void mark_full(uvs_worker_t* w, int locked) {
+  __atomic_store_n(&w->full, 1, __ATOMIC_SEQ_CST);
+  if (queued_now(w) <= w->low_water)
+    uvs__space_check(w, locked);
+}
+
+
 int uvs__admit(uvs_worker_t* w, int locked) {
   uint64_t in;
   uint64_t out;
@@ -92,12 +107,11 @@ int uvs__admit(uvs_worker_t* w, int locked) {
                                     __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {
       note_max(w, in + 1 - out);
       if (in + 1 - out >= w->max_pending)
-        __atomic_store_n(&w->full, 1, __ATOMIC_SEQ_CST);
+        mark_full(w, locked);
       return 0;
     }
   }
-  /* Full. */
-  __atomic_store_n(&w->full, 1, __ATOMIC_SEQ_CST);
+  mark_full(w, locked);
   if (w->on_full != UVS_FULL_DROP_OLDEST) {
     uvs__add(&w->nrejected, 1);
     return UV_EAGAIN;
@@ -138,18 +152,19 @@ void uvs__space_check(uvs_worker_t* w, int locked) {
   unsigned full;
   int owe;
 
-  /* Pairs with the seq_cst store of nwaiters in uvs_schedule_wait(): a
-   * producer that went to sleep saw the room we made, or we see it. */
-  __atomic_thread_fence(__ATOMIC_SEQ_CST);
+  /* The out counts were raised with seq_cst (run_counted(), or under the
+   * lock), and full and nwaiters are stored seq_cst: either we see a
+   * producer's "full" and its wait, or it sees the room we made (admit()
+   * looks again after it marks the worker full). */
   owe = 0;
-  full = uvs__load_relaxed(&w->full);
+  full = __atomic_load_n(&w->full, __ATOMIC_SEQ_CST);
   if (full && queued_now(w) <= w->low_water) {
     full = 1;
     owe = __atomic_compare_exchange_n(&w->full, &full, 0, 0, __ATOMIC_SEQ_CST,
                                       __ATOMIC_RELAXED) &&
           w->space_cb != NULL;
   }
-  if (!owe && uvs__load_relaxed(&w->nwaiters) == 0)
+  if (!owe && __atomic_load_n(&w->nwaiters, __ATOMIC_SEQ_CST) == 0)
     return;
   s = w->sched;
   if (!locked)
@@ -169,7 +184,8 @@ void uvs__space_check(uvs_worker_t* w, int locked) {
 void uvs__unqueued(uvs_worker_t* w) {
   if (!uvs__counting(w))
     return;
-  uvs__store_relaxed(&w->q_out_lock, uvs__load_relaxed(&w->q_out_lock) + 1);
+  __atomic_store_n(&w->q_out_lock, uvs__load_relaxed(&w->q_out_lock) + 1,
+                   __ATOMIC_SEQ_CST);
   if (w->max_pending != 0)
     uvs__space_check(w, 1);
 }

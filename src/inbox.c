@@ -41,7 +41,8 @@ void uvs__inbox_push(uvs_worker_t* w, uvs_task_t* t) {
 
 
 int uvs__inbox_nonempty(uvs_worker_t* w) {
-  if (!uvs__queue_empty(&w->fifo) || w->inbox_head != &w->inbox_stub)
+  if (!uvs__queue_empty(&w->fifo) || w->inbox_head != &w->inbox_stub ||
+      uvs__keys_nonempty(w))
     return 1;
   return __atomic_load_n(&w->inbox_tail, __ATOMIC_SEQ_CST) != &w->inbox_stub;
 }

@@ -285,6 +285,40 @@ static inline uint64_t uvs__clock_ms(const uvs_sched_t* s) {
   return uv_hrtime() / 1000000;
 }
 
+/* ---- keys.c: width > 1 and keys --------------------------------------- */
+typedef struct uvs__keys_s uvs__keys_t;
+typedef struct uvs__kent_s uvs__kent_t;
+/* One of a wide worker's drains. */
+typedef struct uvs__lane_s {
+  uv_work_t work;
+  uvs_worker_t* w;
+  uvs_task_t** batch; /* its slots while it runs a batch */
+  unsigned batch_len;
+  int active;
+  uvs__kent_t* kent[UVS__BATCH]; /* the key entry of each slot's task */
+} uvs__lane_t;
+/* Everything below needs the scheduler's lock. */
+uvs__keys_t* uvs__keys_new(unsigned width);
+void uvs__keys_attach(uvs_worker_t* w, uvs__keys_t* keys);
+void uvs__keys_free(uvs_worker_t* w);
+uvs__lane_t* uvs__keys_lane(uvs_worker_t* w, unsigned i);
+/* Moves queued tasks to kready or behind their key; UV_ENOMEM if a key's
+ * entry can't be had (the rest stays queued for a later try). */
+int uvs__keys_intake(uvs_worker_t* w);
+/* The next task a lane may start, and its key's entry (NULL: no key). */
+uvs_task_t* uvs__keys_pick(uvs_worker_t* w, uvs__kent_t** ent);
+/* A picked task that did not start goes back to the head of kready. */
+void uvs__keys_unpick(uvs_worker_t* w, uvs_task_t* t);
+/* The task of an entry ran or was cancelled: its key's next task joins
+ * kready, or the entry goes. */
+void uvs__keys_release(uvs_worker_t* w, uvs__kent_t* e);
+/* A queued task was taken out (cancel, eviction): releases its key if it
+ * was its key's next. Call before the task is handed back. */
+void uvs__keys_unlinked(uvs_worker_t* w, uvs_task_t* t);
+/* Takes any queued task out (close, eviction), oldest runnable first. */
+uvs_task_t* uvs__keys_take(uvs_worker_t* w);
+int uvs__keys_nonempty(uvs_worker_t* w);
+
 /* ---- post.c ------------------------------------------------------------ */
 /* Lock held. */
 void uvs__post_release(uvs_sched_t* sched, uvs_task_t* task);

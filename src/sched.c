@@ -391,6 +391,8 @@ int uvs__cancel_locked(uvs_sched_t* s, uvs_task_t* t) {
                                      __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
       return UV_EBUSY; /* the drain took it: running */
   }
+  if (t->worker->keys != NULL)
+    uvs__keys_unlinked(t->worker, t);
   uvs__unqueued(t->worker);
   uvs__drop(s, t, UV_ECANCELED);
   return 0;
@@ -433,6 +435,16 @@ static void finish_periodic(uvs_sched_t* s, uvs_worker_t* w, uvs_task_t* t) {
 }
 
 
+/* Counts run_cbs of w executing: a serial worker has one drain, which
+ * stores; the lanes of a wide one add. */
+static inline void running(uvs_worker_t* w, int d) {
+  if (w->keys == NULL)
+    uvs__store_relaxed(&w->running, d > 0 ? 1u : 0u);
+  else
+    __atomic_fetch_add(&w->running, (unsigned) d, __ATOMIC_RELAXED);
+}
+
+
 /* Runs one task a drain took from its batch. No lock held. */
 static void run_one(uvs_sched_t* s,
                     uvs_worker_t* w,
@@ -452,9 +464,9 @@ static void run_one(uvs_sched_t* s,
       uvs__store(&t->state, UVS__T_FINISHED);
     uvs__tls.current = t;
     uvs__tls.rescheduled = 0;
-    uvs__store_relaxed(&w->running, 1);
+    running(w, 1);
     t->run_cb(t);
-    uvs__store_relaxed(&w->running, 0);
+    running(w, -1);
     uvs__tls.current = NULL;
     if (st & UVS__T_POST)
       uvs__queue_push(posts, &t->node);
@@ -465,9 +477,9 @@ static void run_one(uvs_sched_t* s,
     coalesce(t);
   uvs__tls.current = t;
   uvs__tls.rescheduled = 0;
-  uvs__store_relaxed(&w->running, 1);
+  running(w, 1);
   t->run_cb(t);
-  uvs__store_relaxed(&w->running, 0);
+  running(w, -1);
   rescheduled = uvs__tls.rescheduled;
   uvs__tls.current = NULL;
   uvs__bump(&w->nran);
@@ -549,7 +561,12 @@ static void run_counted(uvs_sched_t* s,
   uint64_t start;
   uint32_t ready;
 
-  uvs__store(&w->q_out_run, uvs__load_relaxed(&w->q_out_run) + 1);
+  /* seq_cst, against a producer that marks the worker full (bound.c). */
+  if (w->keys == NULL)
+    __atomic_store_n(&w->q_out_run, uvs__load_relaxed(&w->q_out_run) + 1,
+                     __ATOMIC_SEQ_CST);
+  else
+    uvs__add(&w->q_out_run, 1);
   if (w->max_pending != 0)
     uvs__space_check(w, 0);
   if (!w->metrics) {
@@ -567,7 +584,7 @@ static void run_counted(uvs_sched_t* s,
 
 
 /* A drain that stops before the end of its batch (its slice passed) puts
- * the tasks it did not start back at the head of the FIFO, in order. Lock
+ * the tasks it did not start back at the head of the queue, in order. Lock
  * held: a cancel can't be swapping one of these slots meanwhile. */
 static void put_back(uvs_worker_t* w,
                      uvs_task_t** slots,
@@ -577,7 +594,11 @@ static void put_back(uvs_worker_t* w,
 
   while (n-- > from) {
     t = __atomic_exchange_n(&slots[n], UVS__SLOT_TAKEN, __ATOMIC_ACQUIRE);
-    if (t != UVS__SLOT_TOMB)
+    if (t == UVS__SLOT_TOMB)
+      continue;
+    if (w->keys != NULL)
+      uvs__keys_unpick(w, t);
+    else
       uvs__queue_unshift(&w->fifo, &t->node);
   }
 }
@@ -594,11 +615,42 @@ static int cancelling(uvs_worker_t* w) {
 }
 
 
-/* Runs up to budget tasks of a worker, a batch at a time. No lock held on
- * entry or exit. */
-static void drain(uvs_worker_t* w) {
+/* Fills a batch of slots (lock held): from the queue of a serial worker,
+ * or, for a lane of a wide one, from the tasks its keys let start. */
+static unsigned fill(uvs_worker_t* w,
+                     uvs__lane_t* lane,
+                     uvs_task_t** slots,
+                     unsigned max) {
+  uvs_task_t* t;
+  unsigned n;
+
+  if (lane != NULL)
+    uvs__keys_intake(w);
+  for (n = 0; n < max; n++) {
+    if (lane != NULL)
+      t = uvs__keys_pick(w, &lane->kent[n]);
+    else
+      t = uvs__inbox_take(w, n == 0);
+    if (t == NULL)
+      break;
+    __atomic_store_n(&slots[n], t, __ATOMIC_RELAXED);
+    t->node.prev = (uvs__queue_t*) ((uintptr_t) &slots[n] | 1);
+  }
+  /* More than this lane can start: ask for another, up to the width. */
+  if (lane != NULL && !uvs__queue_empty(&w->kready) &&
+      w->lanes_active < w->width && w->phase != UVS__P_READY)
+    uvs__worker_make_ready(w);
+  return n;
+}
+
+
+/* Runs up to budget tasks of a worker, a batch at a time; lane is NULL
+ * for a serial worker. No lock held on entry or exit. */
+static void drain(uvs_worker_t* w, uvs__lane_t* lane) {
   uvs_sched_t* s;
   uvs_task_t** slots;
+  uvs_task_t*** batch;
+  unsigned* batch_len;
   uvs_task_t* t;
   uvs__queue_t posts;
   uvs__queue_t* q;
@@ -615,6 +667,8 @@ static void drain(uvs_worker_t* w) {
 
   s = w->sched;
   slots = batch_slots;
+  batch = lane != NULL ? &lane->batch : &w->batch;
+  batch_len = lane != NULL ? &lane->batch_len : &w->batch_len;
   budget = s->budget;
   sl.end_ns = 0;
   sl.end_tick = 0;
@@ -644,20 +698,15 @@ static void drain(uvs_worker_t* w) {
     }
 
     max = budget - ran < batch_max ? budget - ran : batch_max;
-    for (n = 0; n < max; n++) {
-      t = uvs__inbox_take(w, n == 0);
-      if (t == NULL)
-        break;
-      __atomic_store_n(&slots[n], t, __ATOMIC_RELAXED);
-      t->node.prev = (uvs__queue_t*) ((uintptr_t) &slots[n] | 1);
-    }
+    n = fill(w, lane, slots, max);
     if (n == 0) {
-      if (s->linger_us != 0 && w->where == UVS_POOL && linger(s, w))
+      if (lane == NULL && s->linger_us != 0 && w->where == UVS_POOL &&
+          linger(s, w))
         continue;
       break;
     }
-    w->batch = slots;
-    w->batch_len = n;
+    *batch = slots;
+    *batch_len = n;
     uv_mutex_unlock(&s->lock);
 
     for (i = 0; i < n; i++) {
@@ -667,10 +716,17 @@ static void drain(uvs_worker_t* w) {
         break;
       }
       t = __atomic_exchange_n(&slots[i], UVS__SLOT_TAKEN, __ATOMIC_ACQ_REL);
-      if (t == UVS__SLOT_TOMB)
+      if (t == UVS__SLOT_TOMB) {
+        if (lane != NULL)
+          lane->kent[i] = NULL; /* the cancel released its key */
         continue;
+      }
       if (cancelling(w)) {
         uv_mutex_lock(&s->lock);
+        if (lane != NULL && lane->kent[i] != NULL) {
+          uvs__keys_release(w, lane->kent[i]);
+          lane->kent[i] = NULL;
+        }
         uvs__unqueued(w);
         uvs__drop(s, t, UV_ECANCELED);
         uv_mutex_unlock(&s->lock);
@@ -682,7 +738,8 @@ static void drain(uvs_worker_t* w) {
         run_one(s, w, t, &posts, &done);
       started = 1;
     }
-    /* The batch's hand-backs in one go, in the order the tasks ran. */
+    /* The batch's hand-backs in one go, in the order the tasks ran, before
+     * the keys let the next task of each start. */
     push_chain(s, &done);
     ran += i;
     /* The real clock once a batch as well: the tick counter of another
@@ -697,8 +754,14 @@ static void drain(uvs_worker_t* w) {
     uv_mutex_lock(&s->lock);
     if (i < n)
       put_back(w, slots, i, n);
-    w->batch = NULL;
-    w->batch_len = 0;
+    if (lane != NULL) {
+      while (i-- > 0) {
+        if (lane->kent[i] != NULL)
+          uvs__keys_release(w, lane->kent[i]);
+      }
+    }
+    *batch = NULL;
+    *batch_len = 0;
   }
   uv_mutex_unlock(&s->lock);
   uvs__tls.draining = 0;
@@ -808,7 +871,15 @@ static void rearm_timer(uvs_sched_t* s) {
 
 
 static void drain_work(uv_work_t* req) {
-  drain(uvs__container_of(req, uvs_worker_t, work));
+  drain(uvs__container_of(req, uvs_worker_t, work), NULL);
+}
+
+
+static void lane_work(uv_work_t* req) {
+  uvs__lane_t* lane;
+
+  lane = uvs__container_of(req, uvs__lane_t, work);
+  drain(lane->w, lane);
 }
 
 
@@ -827,6 +898,55 @@ static void drain_after(uv_work_t* req, int status) {
 }
 
 
+/* A lane of a wide worker ended (loop thread). The last one to end does
+ * what after_drain() does for a serial worker; until then, work the other
+ * lanes leave asks for a lane of its own. */
+static void lane_after(uv_work_t* req, int status) {
+  uvs__lane_t* lane;
+  uvs_worker_t* w;
+  uvs_sched_t* s;
+
+  (void) status;
+  lane = uvs__container_of(req, uvs__lane_t, work);
+  w = lane->w;
+  s = w->sched;
+  uv_mutex_lock(&s->lock);
+  s->drains--;
+  lane->active = 0;
+  w->lanes_active--;
+  if (w->phase != UVS__P_READY) {
+    if (w->lanes_active == 0)
+      after_drain(w);
+    else if (!uvs__queue_empty(&w->kready) ||
+             (uvs__inbox_nonempty(w) && !cancelling(w)))
+      uvs__worker_make_ready(w);
+  }
+  uv_mutex_unlock(&s->lock);
+  process(s, 0);
+}
+
+
+/* Posts one more lane of a wide worker, if it has one free. */
+static void post_lane(uvs_sched_t* s, uvs_worker_t* w) {
+  uvs__lane_t* lane;
+  unsigned i;
+
+  for (i = 0; i < w->width; i++) {
+    lane = uvs__keys_lane(w, i);
+    if (!lane->active)
+      break;
+  }
+  if (i == w->width)
+    return;
+  lane->active = 1;
+  w->lanes_active++;
+  s->drains++;
+  s->stats.drains++;
+  if (uv_queue_work(s->loop, &lane->work, lane_work, lane_after) != 0)
+    abort();
+}
+
+
 static int slot_free(const uvs_sched_t* s) {
   return s->max_concurrency == 0 || s->drains < s->max_concurrency;
 }
@@ -840,6 +960,10 @@ static void dispatch(uvs_sched_t* s) {
   while (slot_free(s) && (q = uvs__queue_shift(&s->ready)) != NULL) {
     w = uvs__container_of(q, uvs_worker_t, ready_node);
     w->phase = UVS__P_POSTED;
+    if (w->keys != NULL) {
+      post_lane(s, w);
+      continue;
+    }
     s->drains++;
     s->stats.drains++;
     if (uv_queue_work(s->loop, &w->work, drain_work, drain_after) != 0)
@@ -862,7 +986,7 @@ static void run_loop_workers(uvs_sched_t* s) {
     w = uvs__container_of(q, uvs_worker_t, ready_node);
     w->phase = UVS__P_POSTED;
     uv_mutex_unlock(&s->lock);
-    drain(w);
+    drain(w, NULL);
     uv_mutex_lock(&s->lock);
     after_drain(w);
   }
@@ -956,7 +1080,8 @@ static void handle_closed(uv_handle_t* handle) {
 
 
 static int closable(uvs_worker_t* w) {
-  return w->phase == UVS__P_IDLE && !uvs__inbox_nonempty(w) &&
+  return w->phase == UVS__P_IDLE && w->lanes_active == 0 &&
+         !uvs__inbox_nonempty(w) &&
          uvs__worker_pending(w) == 0;
 }
 
@@ -1009,6 +1134,7 @@ static int finish_closes(uvs_sched_t* s) {
     s->stats.scheduled += w->nsched;
     s->stats.ran += uvs__load(&w->nran);
     s->stats.cancelled += w->ncancelled;
+    uvs__keys_free(w);
     call_close_cb(s, w);
   }
   /* Callbacks asked for after their worker closed. */

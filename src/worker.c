@@ -48,12 +48,21 @@ int uvs__worker_init(uvs_sched_t* s,
                      uvs_worker_t* w,
                      uvs_where_t where,
                      const uvs_worker_options_t* o) {
+  uvs__keys_t* keys;
   int err;
 
+  keys = NULL;
   uvs__add(&s->inflight, 1);
   err = UV_ESHUTDOWN;
   if (__atomic_load_n(&s->state, __ATOMIC_SEQ_CST) != UVS__S_OPEN)
     goto out;
+  if (o != NULL && o->width > 1) {
+    err = UV_ENOMEM;
+    keys = uvs__keys_new(o->width);
+    if (keys == NULL)
+      goto out;
+    err = UV_ESHUTDOWN;
+  }
   uv_mutex_lock(&s->lock);
   if (uvs__load_relaxed(&s->state) == UVS__S_OPEN) {
     memset((char*) w + offsetof(uvs_worker_t, sched), 0,
@@ -76,12 +85,19 @@ int uvs__worker_init(uvs_sched_t* s,
     uvs__queue_init(&w->ready_node);
     uvs__queue_init(&w->waiters);
     uvs__queue_init(&w->space_node);
+    uvs__queue_init(&w->kready);
+    if (keys != NULL) {
+      uvs__keys_attach(w, keys);
+      keys = NULL;
+    }
     uvs__queue_push(&s->workers, &w->list_node);
     err = 0;
   }
   uv_mutex_unlock(&s->lock);
 out:
   uvs__sub(&s->inflight, 1);
+  if (keys != NULL)
+    uvs__free(keys);
   return err;
 }
 
@@ -90,6 +106,26 @@ int uvs_worker_init(uvs_sched_t* s, uvs_worker_t* w, uvs_where_t where) {
   if (s == NULL || w == NULL || (where != UVS_POOL && where != UVS_LOOP))
     return UV_EINVAL;
   return uvs__worker_init(s, w, where, NULL);
+}
+
+
+/* Tombstones the slots of a batch that its drain has not taken yet. */
+static void sweep_batch(uvs_worker_t* w, uvs_task_t** batch, unsigned len) {
+  uvs_task_t* t;
+  unsigned i;
+
+  for (i = 0; i < len; i++) {
+    t = __atomic_load_n(&batch[i], __ATOMIC_ACQUIRE);
+    if (t == UVS__SLOT_TAKEN || t == UVS__SLOT_TOMB)
+      continue;
+    if (__atomic_compare_exchange_n(&batch[i], &t, UVS__SLOT_TOMB, 0,
+                                    __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+      if (w->keys != NULL)
+        uvs__keys_unlinked(w, t);
+      uvs__unqueued(w);
+      uvs__drop(w->sched, t, UV_ECANCELED);
+    }
+  }
 }
 
 
@@ -105,15 +141,16 @@ void uvs__worker_close_sweep(uvs_worker_t* w) {
     uvs__drop(s, t, UV_ECANCELED);
   }
   /* Tasks of a running drain's batch that it has not taken yet. */
-  for (i = 0; i < w->batch_len; i++) {
-    t = __atomic_load_n(&w->batch[i], __ATOMIC_ACQUIRE);
-    if (t == UVS__SLOT_TAKEN || t == UVS__SLOT_TOMB)
-      continue;
-    if (__atomic_compare_exchange_n(&w->batch[i], &t, UVS__SLOT_TOMB, 0,
-                                    __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
-      uvs__unqueued(w);
-      uvs__drop(s, t, UV_ECANCELED);
-    }
+  if (w->keys == NULL) {
+    sweep_batch(w, w->batch, w->batch_len);
+    return;
+  }
+  for (i = 0; i < w->width; i++)
+    sweep_batch(w, uvs__keys_lane(w, i)->batch,
+                uvs__keys_lane(w, i)->batch_len);
+  while ((t = uvs__keys_take(w)) != NULL) {
+    uvs__unqueued(w);
+    uvs__drop(s, t, UV_ECANCELED);
   }
 }
 

@@ -74,7 +74,9 @@ struct uvs__queue_s {
   unsigned space_owed; /* under the lock */                                    \
   struct uvs__queue_s waiters;    /* uvs_schedule_wait callers, FIFO */        \
   struct uvs__queue_s space_node; /* on sched->space */                        \
-  struct uvs__keys_s* keys;       /* width > 1: keys with a task running */   \
+  struct uvs__keys_s* keys;       /* width > 1: lanes and the key table */    \
+  struct uvs__queue_s kready;     /* width > 1: tasks lanes may start */      \
+  unsigned lanes_active;          /* width > 1: lanes posted or running */    \
   uvs_hist_t hist_wait;                                                        \
   uvs_hist_t hist_run;
 

@@ -1,0 +1,300 @@
+/* Width-N workers and keyed lanes (0.2).
+ *
+ * A worker with width > 1 runs up to `width` drains at once, its lanes. Its
+ * queued tasks pass from the inbox (and the FIFO that cancels flush it
+ * into) to `kready`, the list that lanes take from in order. A task with no
+ * key goes there as it is. A task with a key goes there only if no other
+ * task of that key is running or in kready; otherwise it waits in the
+ * queue of its key's entry, and joins the tail of kready when the task
+ * before it is done. So tasks of one key never overlap and start and end in
+ * schedule order, and each key gets one task per turn of kready: a hot key
+ * can't starve the others.
+ *
+ * Entries live in a hash table by exact key. An entry exists only while its
+ * key has a task queued in kready or running; the table and entries beyond
+ * the first chunk are freed whenever no key is active, so idle keys cost no
+ * memory. Everything here needs the scheduler's lock.
+ */
+
+#include "internal.h"
+
+#include <string.h>
+
+#define KCHUNK 64
+#define KBUCKETS 64
+
+struct uvs__kent_s {
+  struct uvs__kent_s* next; /* hash chain, or free list */
+  uint64_t key;
+  uvs_task_t* head; /* in kready or running */
+  uvs__queue_t q;   /* the key's tasks behind head, through their node */
+};
+
+typedef struct kchunk_s {
+  struct kchunk_s* next;
+  uvs__kent_t ent[KCHUNK];
+} kchunk_t;
+
+struct uvs__keys_s {
+  uvs__kent_t** buckets;
+  size_t nbuckets;
+  size_t count; /* entries in the table */
+  uvs__kent_t* free;
+  kchunk_t* extra; /* chunks beyond the first, freed when no key is active */
+  kchunk_t first;
+  uvs__kent_t* small[KBUCKETS];
+  uvs__lane_t lanes[];
+};
+
+
+uvs__keys_t* uvs__keys_new(unsigned width) {
+  uvs__keys_t* k;
+  unsigned i;
+
+  k = uvs__malloc(sizeof(*k) + width * sizeof(k->lanes[0]));
+  if (k == NULL)
+    return NULL;
+  memset(k, 0, sizeof(*k) + width * sizeof(k->lanes[0]));
+  k->buckets = k->small;
+  k->nbuckets = KBUCKETS;
+  for (i = 0; i < KCHUNK; i++) {
+    k->first.ent[i].next = k->free;
+    k->free = &k->first.ent[i];
+  }
+  return k;
+}
+
+
+void uvs__keys_attach(uvs_worker_t* w, uvs__keys_t* k) {
+  unsigned i;
+
+  for (i = 0; i < w->width; i++)
+    k->lanes[i].w = w;
+  w->keys = k;
+}
+
+
+static void free_extra(uvs__keys_t* k) {
+  kchunk_t* c;
+  unsigned i;
+
+  if (k->buckets != k->small) {
+    uvs__free(k->buckets);
+    k->buckets = k->small;
+    k->nbuckets = KBUCKETS;
+    memset(k->small, 0, sizeof(k->small));
+  }
+  if (k->extra == NULL)
+    return;
+  while ((c = k->extra) != NULL) {
+    k->extra = c->next;
+    uvs__free(c);
+  }
+  k->free = NULL;
+  for (i = 0; i < KCHUNK; i++) {
+    k->first.ent[i].next = k->free;
+    k->free = &k->first.ent[i];
+  }
+}
+
+
+void uvs__keys_free(uvs_worker_t* w) {
+  if (w->keys == NULL)
+    return;
+  free_extra(w->keys);
+  uvs__free(w->keys);
+  w->keys = NULL;
+}
+
+
+uvs__lane_t* uvs__keys_lane(uvs_worker_t* w, unsigned i) {
+  return &w->keys->lanes[i];
+}
+
+
+static size_t bucket_of(const uvs__keys_t* k, uint64_t key) {
+  /* Fibonacci hashing: the top bits of the product. */
+  return (size_t) ((key * 0x9e3779b97f4a7c15u) >> 32) & (k->nbuckets - 1);
+}
+
+
+static uvs__kent_t* lookup(uvs__keys_t* k, uint64_t key) {
+  uvs__kent_t* e;
+
+  for (e = k->buckets[bucket_of(k, key)]; e != NULL; e = e->next)
+    if (e->key == key)
+      return e;
+  return NULL;
+}
+
+
+/* Doubles the table when chains grow long; without memory, chains just
+ * grow longer. */
+static void maybe_grow(uvs__keys_t* k) {
+  uvs__kent_t** old;
+  uvs__kent_t** nb;
+  uvs__kent_t* e;
+  size_t oldn;
+  size_t i;
+
+  if (k->count <= 2 * k->nbuckets)
+    return;
+  nb = uvs__calloc(k->nbuckets * 2, sizeof(*nb));
+  if (nb == NULL)
+    return;
+  old = k->buckets;
+  oldn = k->nbuckets;
+  k->buckets = nb;
+  k->nbuckets = oldn * 2;
+  for (i = 0; i < oldn; i++) {
+    while ((e = old[i]) != NULL) {
+      old[i] = e->next;
+      e->next = k->buckets[bucket_of(k, e->key)];
+      k->buckets[bucket_of(k, e->key)] = e;
+    }
+  }
+  if (old != k->small)
+    uvs__free(old);
+  else
+    memset(k->small, 0, sizeof(k->small));
+}
+
+
+static uvs__kent_t* ent_new(uvs__keys_t* k, uint64_t key) {
+  kchunk_t* c;
+  uvs__kent_t* e;
+  unsigned i;
+
+  if (k->free == NULL) {
+    c = uvs__malloc(sizeof(*c));
+    if (c == NULL)
+      return NULL;
+    c->next = k->extra;
+    k->extra = c;
+    for (i = 0; i < KCHUNK; i++) {
+      c->ent[i].next = k->free;
+      k->free = &c->ent[i];
+    }
+  }
+  e = k->free;
+  k->free = e->next;
+  e->key = key;
+  uvs__queue_init(&e->q);
+  e->next = k->buckets[bucket_of(k, key)];
+  k->buckets[bucket_of(k, key)] = e;
+  k->count++;
+  maybe_grow(k);
+  return e;
+}
+
+
+static void ent_del(uvs__keys_t* k, uvs__kent_t* e) {
+  uvs__kent_t** p;
+
+  for (p = &k->buckets[bucket_of(k, e->key)]; *p != e; p = &(*p)->next)
+    ;
+  *p = e->next;
+  e->next = k->free;
+  k->free = e;
+  if (--k->count == 0)
+    free_extra(k);
+}
+
+
+int uvs__keys_intake(uvs_worker_t* w) {
+  uvs__keys_t* k;
+  uvs__kent_t* e;
+  uvs_task_t* t;
+
+  k = w->keys;
+  for (;;) {
+    t = uvs__inbox_take(w, 1);
+    if (t == NULL)
+      return 0;
+    if (t->key == 0) {
+      uvs__queue_push(&w->kready, &t->node);
+      continue;
+    }
+    e = lookup(k, t->key);
+    if (e != NULL) {
+      uvs__queue_push(&e->q, &t->node);
+      continue;
+    }
+    e = ent_new(k, t->key);
+    if (e == NULL) {
+      /* Out of memory: back to the head of the FIFO, for a later try. */
+      uvs__queue_unshift(&w->fifo, &t->node);
+      return UV_ENOMEM;
+    }
+    e->head = t;
+    uvs__queue_push(&w->kready, &t->node);
+  }
+}
+
+
+uvs_task_t* uvs__keys_pick(uvs_worker_t* w, uvs__kent_t** ent) {
+  uvs__queue_t* q;
+  uvs_task_t* t;
+
+  q = uvs__queue_shift(&w->kready);
+  if (q == NULL)
+    return NULL;
+  t = uvs__container_of(q, uvs_task_t, node);
+  *ent = t->key != 0 ? lookup(w->keys, t->key) : NULL;
+  return t;
+}
+
+
+void uvs__keys_unpick(uvs_worker_t* w, uvs_task_t* t) {
+  uvs__queue_unshift(&w->kready, &t->node);
+}
+
+
+void uvs__keys_release(uvs_worker_t* w, uvs__kent_t* e) {
+  uvs__queue_t* q;
+
+  q = uvs__queue_shift(&e->q);
+  if (q == NULL) {
+    ent_del(w->keys, e);
+    return;
+  }
+  e->head = uvs__container_of(q, uvs_task_t, node);
+  uvs__queue_push(&w->kready, q);
+}
+
+
+void uvs__keys_unlinked(uvs_worker_t* w, uvs_task_t* t) {
+  uvs__kent_t* e;
+
+  if (t->key == 0)
+    return;
+  e = lookup(w->keys, t->key);
+  if (e != NULL && e->head == t)
+    uvs__keys_release(w, e);
+}
+
+
+uvs_task_t* uvs__keys_take(uvs_worker_t* w) {
+  uvs__queue_t* q;
+  uvs_task_t* t;
+  size_t i;
+  uvs__kent_t* e;
+
+  q = uvs__queue_shift(&w->kready);
+  if (q != NULL) {
+    t = uvs__container_of(q, uvs_task_t, node);
+    uvs__keys_unlinked(w, t);
+    return t;
+  }
+  /* Tasks waiting behind a running one of their key. */
+  for (i = 0; i < w->keys->nbuckets; i++)
+    for (e = w->keys->buckets[i]; e != NULL; e = e->next)
+      if ((q = uvs__queue_shift(&e->q)) != NULL)
+        return uvs__container_of(q, uvs_task_t, node);
+  return NULL;
+}
+
+
+int uvs__keys_nonempty(uvs_worker_t* w) {
+  return w->keys != NULL && !uvs__queue_empty(&w->kready);
+}
