@@ -931,12 +931,12 @@ static void post_lane(uvs_sched_t* s, uvs_worker_t* w) {
   uvs__lane_t* lane;
   unsigned i;
 
-  for (i = 0; i < w->width; i++) {
-    lane = uvs__keys_lane(w, i);
-    if (!lane->active)
-      break;
+  lane = NULL;
+  for (i = 0; i < w->width && lane == NULL; i++) {
+    if (!uvs__keys_lane(w, i)->active)
+      lane = uvs__keys_lane(w, i);
   }
-  if (i == w->width)
+  if (lane == NULL)
     return;
   lane->active = 1;
   w->lanes_active++;
