@@ -246,6 +246,22 @@ static void hist_copy(uvs_hist_t* out, const uvs_hist_t* h) {
 }
 
 
+/* A worker that doesn't count its tasks (no bound, no metrics) keeps no
+ * running count either: its drains are running while they hold a batch,
+ * which is so all through a run_cb. Lock held. */
+static uint64_t batches_running(uvs_worker_t* w) {
+  uint64_t n;
+  unsigned i;
+
+  if (w->keys == NULL)
+    return w->batch != NULL;
+  n = 0;
+  for (i = 0; i < w->width; i++)
+    n += uvs__keys_lane(w, i)->batch != NULL;
+  return n;
+}
+
+
 int uvs_worker_metrics(const uvs_worker_t* worker, uvs_worker_metrics_t* out) {
   uvs_worker_t* w;
   uvs_sched_t* s;
@@ -271,7 +287,10 @@ int uvs_worker_metrics(const uvs_worker_t* worker, uvs_worker_metrics_t* out) {
   out->cancelled = w->ncancelled - w->ndropped;
   out->rejected = load64(&w->nrejected);
   out->delayed = w->ndelayed;
-  out->running = __atomic_load_n(&w->running, __ATOMIC_RELAXED);
+  if (w->counting)
+    out->running = __atomic_load_n(&w->running, __ATOMIC_RELAXED);
+  else if (open)
+    out->running = batches_running(w);
   if (uvs__counting(w)) {
     out->queued = queued_now(w);
   } else if (open) {

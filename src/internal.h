@@ -246,7 +246,7 @@ extern unsigned long uvs__cancels;
 /* ---- bound.c: bounded workers and metrics ----------------------------- */
 /* Does w count its queued tasks (a bound or metrics)? */
 static inline int uvs__counting(const uvs_worker_t* w) {
-  return w->max_pending != 0 || w->metrics;
+  return w->counting;
 }
 /* A producer blocked in uvs_schedule_wait(), on w->waiters (lock). */
 typedef struct uvs__waiter_s {

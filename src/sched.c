@@ -435,18 +435,8 @@ static void finish_periodic(uvs_sched_t* s, uvs_worker_t* w, uvs_task_t* t) {
 }
 
 
-/* Counts run_cbs of w executing: a serial worker has one drain, which
- * stores; the lanes of a wide one add. */
-static inline void running(uvs_worker_t* w, int d) {
-  if (w->keys == NULL)
-    uvs__store_relaxed(&w->running, d > 0 ? 1u : 0u);
-  else
-    __atomic_fetch_add(&w->running, (unsigned) d, __ATOMIC_RELAXED);
-}
-
-
 /* Runs one task a drain took from its batch. No lock held. */
-static void run_one(uvs_sched_t* s,
+static inline __attribute__((always_inline)) void run_one(uvs_sched_t* s,
                     uvs_worker_t* w,
                     uvs_task_t* t,
                     uvs__queue_t* posts,
@@ -464,9 +454,7 @@ static void run_one(uvs_sched_t* s,
       uvs__store(&t->state, UVS__T_FINISHED);
     uvs__tls.current = t;
     uvs__tls.rescheduled = 0;
-    running(w, 1);
     t->run_cb(t);
-    running(w, -1);
     uvs__tls.current = NULL;
     if (st & UVS__T_POST)
       uvs__queue_push(posts, &t->node);
@@ -477,9 +465,7 @@ static void run_one(uvs_sched_t* s,
     coalesce(t);
   uvs__tls.current = t;
   uvs__tls.rescheduled = 0;
-  running(w, 1);
   t->run_cb(t);
-  running(w, -1);
   rescheduled = uvs__tls.rescheduled;
   uvs__tls.current = NULL;
   uvs__bump(&w->nran);
@@ -569,17 +555,19 @@ static void run_counted(uvs_sched_t* s,
     uvs__add(&w->q_out_run, 1);
   if (w->max_pending != 0)
     uvs__space_check(w, 0);
+  __atomic_fetch_add(&w->running, 1, __ATOMIC_RELAXED);
   if (!w->metrics) {
     run_one(s, w, t, posts, done);
-    return;
+  } else {
+    start = uv_hrtime();
+    ready = (uint32_t) t->status;
+    uvs__hist_add(&w->hist_wait,
+                  (uint64_t) (uint32_t) ((uint32_t) (start / 1000) - ready) *
+                      1000);
+    run_one(s, w, t, posts, done);
+    uvs__hist_add(&w->hist_run, uv_hrtime() - start);
   }
-  start = uv_hrtime();
-  ready = (uint32_t) t->status;
-  uvs__hist_add(&w->hist_wait,
-                (uint64_t) (uint32_t) ((uint32_t) (start / 1000) - ready) *
-                    1000);
-  run_one(s, w, t, posts, done);
-  uvs__hist_add(&w->hist_run, uv_hrtime() - start);
+  __atomic_fetch_sub(&w->running, 1, __ATOMIC_RELAXED);
 }
 
 
@@ -662,7 +650,7 @@ static void drain(uvs_worker_t* w, uvs__lane_t* lane) {
   unsigned max;
   unsigned n;
   unsigned i;
-  int started;
+  int check;
   int over;
 
   s = w->sched;
@@ -680,7 +668,7 @@ static void drain(uvs_worker_t* w, uvs__lane_t* lane) {
     batch_max = UVS__FIRST_BATCH;
   }
   ran = 0;
-  started = 0;
+  check = 0;
   over = 0;
   uvs__tls.draining = 1;
   done.newest = NULL;
@@ -711,7 +699,7 @@ static void drain(uvs_worker_t* w, uvs__lane_t* lane) {
 
     for (i = 0; i < n; i++) {
       /* No task starts once the slice has passed. */
-      if (started && sl.end_ns != 0 && slice_over(&sl)) {
+      if (check && slice_over(&sl)) {
         over = 1;
         break;
       }
@@ -732,11 +720,11 @@ static void drain(uvs_worker_t* w, uvs__lane_t* lane) {
         uv_mutex_unlock(&s->lock);
         continue;
       }
-      if (uvs__counting(w))
+      if (w->counting)
         run_counted(s, w, t, &posts, &done);
       else
         run_one(s, w, t, &posts, &done);
-      started = 1;
+      check = sl.end_ns != 0;
     }
     /* The batch's hand-backs in one go, in the order the tasks ran, before
      * the keys let the next task of each start. */
@@ -801,7 +789,7 @@ static void fire(void* ctx, uvs_task_t* t) {
   s = w->sched;
   uvs__queue_remove(&t->node);
   w->ndelayed--;
-  if (uvs__counting(w) && uvs__admit(w, 1) != 0) {
+  if (w->counting && uvs__admit(w, 1) != 0) {
     /* Full, and the worker rejects: a periodic task skips this grid
      * point, a one-shot is handed back. */
     if (uvs__load_relaxed(&t->state) & UVS__T_PERIODIC) {

@@ -128,13 +128,15 @@ static int accept_now(uvs_worker_t* w, uvs_task_t* t, unsigned flags) {
     if (err != 0)
       return err;
   }
-  if (uvs__counting(w)) {
+  t->status = 0;
+  if (w->counting) {
     err = uvs__admit(w, 0);
     if (err != 0) {
       if (!(flags & UVS__T_POST))
         unclaim(t, claimed, prev);
       return err;
     }
+    uvs__mark_ready(w, t);
   }
   /* The worker (release) after the claim, the state (release) last: a cancel
    * that sees this worker sees the claim, and one that sees the state sees
@@ -142,8 +144,6 @@ static int accept_now(uvs_worker_t* w, uvs_task_t* t, unsigned flags) {
   uvs__store(&t->worker, w);
   t->period = 0;
   t->due = 0;
-  t->status = 0;
-  uvs__mark_ready(w, t);
   t->node.prev = NULL; /* on its way to the inbox */
   publish(t, claimed, flags | UVS__T_QUEUED);
   uvs__worker_push(w, t, 0);

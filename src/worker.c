@@ -77,6 +77,7 @@ int uvs__worker_init(uvs_sched_t* s,
       w->low_water = o->low_water;
       w->space_cb = o->space_cb;
       w->metrics = o->metrics != 0;
+      w->counting = w->max_pending != 0 || w->metrics;
     } else {
       w->width = 1;
     }

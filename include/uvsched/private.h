@@ -59,6 +59,7 @@ struct uvs__queue_s {
   unsigned width;                                                              \
   unsigned on_full;                                                            \
   int metrics;                                                                 \
+  int counting; /* max_pending or metrics: queued tasks are counted */         \
   /* Queued tasks, counted where a bound or metrics need it: in by           \
    * producers (atomic), out by the drain and by holders of the lock. */       \
   uint64_t q_in;                                                               \
