@@ -187,6 +187,11 @@ TEST_DECLARE(worker_closed_outlives_sched)
 /* test-wheel.c */
 TEST_DECLARE(wheel_model_random)
 
+/* test-close.c */
+TEST_DECLARE(close_race_cancel_prefix_pool)
+TEST_DECLARE(close_race_cancel_prefix_loop_foreign)
+TEST_DECLARE(close_race_sched_cancel_prefix)
+
 /* clang-format off */
 static const test_entry_t TESTS[] = {
   TEST_ENTRY(cancel_never_scheduled)
@@ -347,6 +352,9 @@ static const test_entry_t TESTS[] = {
   TEST_ENTRY(worker_close_drain_running_periodic)
   TEST_ENTRY(worker_closed_outlives_sched)
   TEST_ENTRY(wheel_model_random)
+  TEST_ENTRY(close_race_cancel_prefix_pool)
+  TEST_ENTRY(close_race_cancel_prefix_loop_foreign)
+  TEST_ENTRY(close_race_sched_cancel_prefix)
   {NULL, NULL}
 };
 /* clang-format on */

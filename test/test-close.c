@@ -1,0 +1,282 @@
+/* Closes (SPEC guarantee 8) racing with the work they cancel. */
+
+#include "task.h"
+
+#include <stdatomic.h>
+
+/* ---- the close race (issue 9) -------------------------------------------
+ *
+ * A close with UVS_CANCEL hands back every task that has not started. A
+ * drain that is running its batch of slots while the close sweeps them must
+ * not overtake the sweep: the tasks that ran form a prefix of schedule
+ * order ("111110000", never "11111.1"), each task is handed back exactly
+ * once, and at most one task starts after the close returned (the one the
+ * drain may have just taken). Thousands of short iterations, each with a
+ * fresh worker of 64 tasks of slightly different lengths, closed once the
+ * first task has started. */
+
+#define CR_TASKS 64
+#define CR_ITERS 10000
+#define CR_MAX_NS (4000 * 1000000ull)
+
+typedef struct {
+  uvs_task_t task;
+  int idx;
+  atomic_int ran;
+  int done_calls; /* loop thread */
+  int status;
+} cr_task_t;
+
+enum { CR_WORKER, CR_WORKER_FOREIGN, CR_SCHED };
+
+static uv_loop_t loop;
+static uvs_sched_t sched;
+static uvs_worker_t cr_worker;
+static cr_task_t cr_tasks[CR_TASKS];
+static atomic_int cr_started;
+static atomic_int cr_order[CR_TASKS]; /* task index by start order */
+static atomic_int cr_started_after_close;
+static int cr_mode;
+static int cr_iter;
+static int cr_iters_done;
+static int cr_closing;
+static int cr_close_calls;
+static int cr_done_calls;
+static uint64_t cr_end;
+static uv_check_t cr_check;
+static uv_thread_t cr_loop_thread;
+/* CR_WORKER_FOREIGN: the closing thread. */
+static uv_thread_t cr_thread;
+static uv_sem_t cr_go;
+static atomic_int cr_quit;
+static atomic_int cr_closer_done; /* it has read cr_started after its close */
+
+static void cr_start_iteration(void);
+static void cr_worker_close_cb(uvs_worker_t* w);
+
+
+static void spin_ns(uint64_t ns) {
+  uint64_t end;
+
+  end = uv_hrtime() + ns;
+  while (uv_hrtime() < end) {
+  }
+}
+
+
+static void cr_run_cb(uvs_task_t* task) {
+  cr_task_t* t;
+  int n;
+
+  t = TEST_CONTAINER_OF(task, cr_task_t, task);
+  n = atomic_fetch_add(&cr_started, 1);
+  atomic_store(&cr_order[n], t->idx);
+  ASSERT_EQ(atomic_fetch_add(&t->ran, 1), 0);
+  /* 0 to 2.4 us, different in every iteration. */
+  spin_ns((uint64_t) ((t->idx * 7 + cr_iter * 3) % 13) * 200);
+}
+
+
+static void cr_done_cb(uvs_task_t* task, int status) {
+  cr_task_t* t;
+
+  ASSERT(test_on_thread(cr_loop_thread));
+  t = TEST_CONTAINER_OF(task, cr_task_t, task);
+  t->done_calls++;
+  t->status = status;
+  cr_done_calls++;
+}
+
+
+/* Every task handed back once, the runs a prefix in order, at most one
+ * start after the close returned. */
+static void cr_check_iteration(void) {
+  char pattern[CR_TASKS + 1];
+  int prefix;
+  int ran;
+  int bad;
+  int i;
+
+  ASSERT_EQ(cr_done_calls, CR_TASKS);
+  ran = atomic_load(&cr_started);
+  bad = 0;
+  prefix = 1;
+  for (i = 0; i < CR_TASKS; i++) {
+    cr_task_t* t = &cr_tasks[i];
+    int r = atomic_load(&t->ran);
+    ASSERT_EQ(t->done_calls, 1);
+    if (r) {
+      ASSERT_OK(t->status);
+      if (!prefix)
+        bad = 1;
+    } else {
+      ASSERT_ERR(t->status, UV_ECANCELED);
+      prefix = 0;
+    }
+    pattern[i] = r ? '1' : '.';
+  }
+  pattern[CR_TASKS] = '\0';
+  if (bad)
+    test_failed(__FILE__, __LINE__,
+                "iteration %d: a task ran after one scheduled before it was "
+                "cancelled: runs %s",
+                cr_iter, pattern);
+  for (i = 0; i < ran; i++) ASSERT_EQ(atomic_load(&cr_order[i]), i);
+  ASSERT_LE(ran, atomic_load(&cr_started_after_close) + 1);
+}
+
+
+static void cr_next(void) {
+  cr_check_iteration();
+  cr_iters_done++;
+  cr_iter++;
+  if (cr_iter < CR_ITERS && uv_hrtime() < cr_end) {
+    cr_start_iteration();
+    return;
+  }
+  uv_close((uv_handle_t*) &cr_check, NULL);
+  if (cr_mode == CR_WORKER_FOREIGN) {
+    atomic_store(&cr_quit, 1);
+    uv_sem_post(&cr_go);
+  }
+  if (cr_mode != CR_SCHED)
+    ASSERT_OK(uvs_sched_close(&sched, UVS_CANCEL, NULL));
+}
+
+
+static void cr_worker_close_cb(uvs_worker_t* w) {
+  ASSERT_PTR_EQ(w, &cr_worker);
+  ASSERT(test_on_thread(cr_loop_thread));
+  cr_close_calls++;
+  /* The closing thread reads the start count after its call returned; the
+   * callback may come first. It is a few instructions away. */
+  if (cr_mode == CR_WORKER_FOREIGN)
+    while (!atomic_load(&cr_closer_done)) {
+    }
+  cr_next();
+}
+
+
+static void cr_sched_close_cb(uvs_sched_t* s) {
+  ASSERT_PTR_EQ(s, &sched);
+  cr_close_calls++;
+  cr_next();
+}
+
+
+/* Close once the first task has started, or a few more: the drain's batch
+ * is then further along. On the loop thread spin for at most 2 ms: a drain
+ * may end and wait for the loop to post the next one. The closing thread
+ * of a loop worker waits for as long as it takes: the loop runs them. */
+static void cr_wait_for_starts(uint64_t max_ns) {
+  static const int k[] = {1, 1, 2, 3, 5, 12, 20};
+  uint64_t end;
+  int want;
+
+  want = k[cr_iter % (int) (sizeof(k) / sizeof(k[0]))];
+  end = uv_hrtime() + max_ns;
+  while (atomic_load(&cr_started) < want && uv_hrtime() < end) {
+  }
+}
+
+
+static void cr_start_iteration(void) {
+  int i;
+
+  if (cr_mode == CR_SCHED)
+    ASSERT_OK(uvs_sched_init(&loop, &sched, NULL));
+  ASSERT_OK(uvs_worker_init(
+      &sched, &cr_worker, cr_mode == CR_WORKER_FOREIGN ? UVS_LOOP : UVS_POOL));
+  atomic_store(&cr_started, 0);
+  atomic_store(&cr_started_after_close, CR_TASKS);
+  atomic_store(&cr_closer_done, 0);
+  cr_done_calls = 0;
+  for (i = 0; i < CR_TASKS; i++) {
+    cr_task_t* t = &cr_tasks[i];
+    t->idx = i;
+    atomic_store(&t->ran, 0);
+    t->done_calls = 0;
+    t->status = 1;
+    atomic_store(&cr_order[i], -1);
+    ASSERT_OK(uvs_task_init(&t->task, cr_run_cb, cr_done_cb));
+  }
+  if (cr_mode == CR_WORKER_FOREIGN)
+    uv_sem_post(&cr_go); /* it spins until the first task starts */
+  for (i = 0; i < CR_TASKS; i++)
+    ASSERT_OK(uvs_schedule(&cr_worker, &cr_tasks[i].task));
+  cr_closing = 0;
+}
+
+
+/* The check phase follows the idle phase in which the scheduler posted the
+ * drain: wait there for the first task to start, then close at once. */
+static void cr_check_cb(uv_check_t* handle) {
+  (void) handle;
+  if (cr_mode == CR_WORKER_FOREIGN || cr_closing)
+    return;
+  cr_wait_for_starts(2000000);
+  cr_closing = 1;
+  if (cr_mode == CR_SCHED)
+    ASSERT_OK(uvs_sched_close(&sched, UVS_CANCEL, cr_sched_close_cb));
+  else
+    ASSERT_OK(uvs_worker_close(&cr_worker, UVS_CANCEL, cr_worker_close_cb));
+  atomic_store(&cr_started_after_close, atomic_load(&cr_started));
+}
+
+
+static void cr_closer(void* arg) {
+  (void) arg;
+  for (;;) {
+    uv_sem_wait(&cr_go);
+    if (atomic_load(&cr_quit))
+      return;
+    cr_wait_for_starts(UINT64_MAX / 2);
+    ASSERT_OK(uvs_worker_close(&cr_worker, UVS_CANCEL, cr_worker_close_cb));
+    atomic_store(&cr_started_after_close, atomic_load(&cr_started));
+    atomic_store(&cr_closer_done, 1);
+  }
+}
+
+
+static void close_race(int mode) {
+  cr_mode = mode;
+  cr_loop_thread = uv_thread_self();
+  cr_end = uv_hrtime() + CR_MAX_NS;
+  ASSERT_OK(uv_loop_init(&loop));
+  if (mode != CR_SCHED)
+    ASSERT_OK(uvs_sched_init(&loop, &sched, NULL));
+  ASSERT_OK(uv_check_init(&loop, &cr_check));
+  ASSERT_OK(uv_check_start(&cr_check, cr_check_cb));
+  if (mode == CR_WORKER_FOREIGN) {
+    ASSERT_OK(uv_sem_init(&cr_go, 0));
+    ASSERT_OK(uv_thread_create(&cr_thread, cr_closer, NULL));
+  }
+  cr_start_iteration();
+  ASSERT_OK(uv_run(&loop, UV_RUN_DEFAULT));
+  if (mode == CR_WORKER_FOREIGN) {
+    ASSERT_OK(uv_thread_join(&cr_thread));
+    uv_sem_destroy(&cr_go);
+  }
+  ASSERT_EQ(cr_close_calls, cr_iters_done);
+  ASSERT_GE(cr_iters_done, 1);
+  printf("# %d iterations\n", cr_iters_done);
+  ASSERT_OK(uv_loop_close(&loop));
+}
+
+
+TEST_IMPL(close_race_cancel_prefix_pool) {
+  close_race(CR_WORKER);
+  return 0;
+}
+
+
+TEST_IMPL(close_race_cancel_prefix_loop_foreign) {
+  close_race(CR_WORKER_FOREIGN);
+  return 0;
+}
+
+
+TEST_IMPL(close_race_sched_cancel_prefix) {
+  close_race(CR_SCHED);
+  return 0;
+}
