@@ -192,6 +192,10 @@ TEST_DECLARE(close_race_cancel_prefix_pool)
 TEST_DECLARE(close_race_cancel_prefix_loop_foreign)
 TEST_DECLARE(close_race_sched_cancel_prefix)
 
+/* test-order.c */
+TEST_DECLARE(order_done_as_run_pool)
+TEST_DECLARE(order_done_as_run_loop)
+
 /* clang-format off */
 static const test_entry_t TESTS[] = {
   TEST_ENTRY(cancel_never_scheduled)
@@ -355,6 +359,8 @@ static const test_entry_t TESTS[] = {
   TEST_ENTRY(close_race_cancel_prefix_pool)
   TEST_ENTRY(close_race_cancel_prefix_loop_foreign)
   TEST_ENTRY(close_race_sched_cancel_prefix)
+  TEST_ENTRY(order_done_as_run_pool)
+  TEST_ENTRY(order_done_as_run_loop)
   {NULL, NULL}
 };
 /* clang-format on */
