@@ -196,6 +196,12 @@ TEST_DECLARE(close_race_sched_cancel_prefix)
 TEST_DECLARE(order_done_as_run_pool)
 TEST_DECLARE(order_done_as_run_loop)
 
+/* test-slice.c */
+TEST_DECLARE(slice_pool_one_long_task_per_drain)
+TEST_DECLARE(slice_loop_one_long_task_per_turn)
+TEST_DECLARE(slice_loop_timer_between_long_tasks)
+TEST_DECLARE(slice_loop_read_between_long_tasks)
+
 /* clang-format off */
 static const test_entry_t TESTS[] = {
   TEST_ENTRY(cancel_never_scheduled)
@@ -361,6 +367,10 @@ static const test_entry_t TESTS[] = {
   TEST_ENTRY(close_race_sched_cancel_prefix)
   TEST_ENTRY(order_done_as_run_pool)
   TEST_ENTRY(order_done_as_run_loop)
+  TEST_ENTRY(slice_pool_one_long_task_per_drain)
+  TEST_ENTRY(slice_loop_one_long_task_per_turn)
+  TEST_ENTRY(slice_loop_timer_between_long_tasks)
+  TEST_ENTRY(slice_loop_read_between_long_tasks)
   {NULL, NULL}
 };
 /* clang-format on */
