@@ -1,4 +1,5 @@
-/* Closes (SPEC guarantee 8) racing with the work they cancel. */
+/* Closes (SPEC guarantee 8): racing with the work they cancel, and worker
+ * closes during a scheduler's close. */
 
 #include "task.h"
 
@@ -278,5 +279,255 @@ TEST_IMPL(close_race_cancel_prefix_loop_foreign) {
 
 TEST_IMPL(close_race_sched_cancel_prefix) {
   close_race(CR_SCHED);
+  return 0;
+}
+
+
+/* ---- worker closes during a scheduler's close ----------------------------
+ *
+ * uvs_worker_close on a worker that only its scheduler's close is closing
+ * returns 0 and its callback is called the same way: once, on the loop
+ * thread, before the scheduler's close_cb. A second uvs_worker_close on it
+ * returns UV_EINVAL, and so does one after the scheduler's close_cb. A
+ * worker the user closed before the scheduler's close still gets its
+ * callback first too.
+ *
+ * Worker 0 (pool) runs a gate task that blocks until the test opens the
+ * gate, with tasks queued behind it; worker 2 (loop) is idle. The gate
+ * task tells the loop it has started through an async handle, whose
+ * callback schedules tasks onto worker 1 (loop), closes worker 1 with
+ * UVS_DRAIN, then closes the scheduler with UVS_CANCEL; then, depending
+ * on the case, closes workers 0 and 2 and opens the gate, or has that
+ * done from a done callback, after a while, or from another thread. */
+
+enum { EV_WORKER0 = 1, EV_WORKER1, EV_WORKER2, EV_SCHED };
+
+static uvs_worker_t wc_workers[3];
+static uvs_task_t wc_gate_task;
+static uvs_task_t wc_tasks[2][4];
+static uv_sem_t wc_gate;
+static uv_async_t wc_started;
+static uv_timer_t wc_timer;
+static uv_thread_t wc_loop_thread;
+static uv_thread_t wc_thread;
+static int wc_events[16];
+static int wc_nevents;
+static int wc_cancelled;  /* worker 0 */
+static int wc_handed1;    /* worker 1: ran or cancelled */
+static atomic_int wc_ran; /* worker 1 */
+static int wc_case;
+static int wc_closes_in_done;
+
+static void wc_worker_close_cb(uvs_worker_t* w);
+
+
+static void wc_event(int ev) {
+  ASSERT(test_on_thread(wc_loop_thread));
+  ASSERT_LT(wc_nevents, 16);
+  wc_events[wc_nevents++] = ev;
+}
+
+
+static int wc_count(int ev) {
+  int n;
+  int i;
+
+  n = 0;
+  for (i = 0; i < wc_nevents; i++)
+    if (wc_events[i] == ev)
+      n++;
+  return n;
+}
+
+
+/* Each worker's callback, when expected, exactly once and before the
+ * scheduler's, which comes last. */
+static void wc_check_events(int w0, int w1, int w2) {
+  ASSERT_EQ(wc_count(EV_WORKER0), w0);
+  ASSERT_EQ(wc_count(EV_WORKER1), w1);
+  ASSERT_EQ(wc_count(EV_WORKER2), w2);
+  ASSERT_EQ(wc_count(EV_SCHED), 1);
+  ASSERT_EQ(wc_events[wc_nevents - 1], EV_SCHED);
+}
+
+
+static void wc_gate_run_cb(uvs_task_t* task) {
+  (void) task;
+  ASSERT_OK(uv_async_send(&wc_started));
+  uv_sem_wait(&wc_gate);
+}
+
+
+static void wc_run_cb(uvs_task_t* task) {
+  ASSERT(task >= &wc_tasks[1][0]); /* worker 0's never start */
+  atomic_fetch_add(&wc_ran, 1);
+}
+
+
+static void wc_worker_close_cb(uvs_worker_t* w) {
+  ASSERT(w >= &wc_workers[0] && w <= &wc_workers[2]);
+  wc_event(EV_WORKER0 + (int) (w - wc_workers));
+}
+
+
+static void wc_close_twice(uvs_worker_t* w) {
+  ASSERT_OK(uvs_worker_close(w, UVS_CANCEL, wc_worker_close_cb));
+  ASSERT_ERR(uvs_worker_close(w, UVS_CANCEL, wc_worker_close_cb), UV_EINVAL);
+  ASSERT_ERR(uvs_worker_close(w, UVS_DRAIN, NULL), UV_EINVAL);
+}
+
+
+static void wc_done_cb(uvs_task_t* task, int status) {
+  uvs_worker_t* w;
+
+  ASSERT(test_on_thread(wc_loop_thread));
+  if (task == &wc_gate_task) {
+    ASSERT_OK(status);
+    return;
+  }
+  if (task >= &wc_tasks[1][0]) {
+    /* Worker 1 was draining when the scheduler's close began: run, or
+     * cancelled, once either way. */
+    if (status != 0)
+      ASSERT_ERR(status, UV_ECANCELED);
+    wc_handed1++;
+    return;
+  }
+  ASSERT_ERR(status, UV_ECANCELED);
+  wc_cancelled++;
+  /* From a done callback during the scheduler's close, of a worker that
+   * has a task running. */
+  w = &wc_workers[0];
+  if (wc_case == 1 && wc_closes_in_done++ == 0) {
+    wc_close_twice(w);
+    uv_sem_post(&wc_gate);
+  }
+}
+
+
+static void wc_gate_done_cb(uvs_task_t* task, int status) {
+  ASSERT(test_on_thread(wc_loop_thread));
+  ASSERT_PTR_EQ(task, &wc_gate_task);
+  ASSERT_OK(status);
+  /* From another worker's done callback, after worker 2, idle, has long
+   * finished the close its scheduler's close began. */
+  if (wc_case == 2)
+    wc_close_twice(&wc_workers[2]);
+}
+
+
+static void wc_sched_close_cb(uvs_sched_t* s) {
+  int i;
+
+  ASSERT_PTR_EQ(s, &sched);
+  wc_event(EV_SCHED);
+  for (i = 0; i < 3; i++)
+    ASSERT_ERR(uvs_worker_close(&wc_workers[i], UVS_CANCEL, NULL), UV_EINVAL);
+}
+
+
+static void wc_timer_cb(uv_timer_t* handle) {
+  (void) handle;
+  uv_sem_post(&wc_gate);
+}
+
+
+static void wc_foreign(void* arg) {
+  (void) arg;
+  wc_close_twice(&wc_workers[0]);
+  wc_close_twice(&wc_workers[2]);
+  uv_sem_post(&wc_gate);
+}
+
+
+static void wc_started_cb(uv_async_t* handle) {
+  int i;
+
+  uv_close((uv_handle_t*) handle, NULL);
+  for (i = 0; i < 4; i++)
+    ASSERT_OK(uvs_schedule(&wc_workers[1], &wc_tasks[1][i]));
+  ASSERT_OK(uvs_worker_close(&wc_workers[1], UVS_DRAIN, wc_worker_close_cb));
+  ASSERT_OK(uvs_sched_close(&sched, UVS_CANCEL, wc_sched_close_cb));
+  /* The user's close of worker 1 stands. */
+  ASSERT_ERR(uvs_worker_close(&wc_workers[1], UVS_CANCEL, NULL), UV_EINVAL);
+  switch (wc_case) {
+    case 0: /* right after the scheduler's close, work still running */
+      wc_close_twice(&wc_workers[0]);
+      wc_close_twice(&wc_workers[2]);
+      uv_sem_post(&wc_gate);
+      break;
+    case 1: /* from a done callback: wc_done_cb */
+      break;
+    case 2: /* once worker 2 has closed: wc_gate_done_cb */
+      ASSERT_OK(uv_timer_init(&loop, &wc_timer));
+      ASSERT_OK(uv_timer_start(&wc_timer, wc_timer_cb, 10, 0));
+      break;
+    case 3: /* from a foreign thread */
+      ASSERT_OK(uv_thread_create(&wc_thread, wc_foreign, NULL));
+      break;
+  }
+}
+
+
+static void worker_close_in_sched_close(int which) {
+  int i;
+
+  wc_case = which;
+  wc_loop_thread = uv_thread_self();
+  ASSERT_OK(uv_loop_init(&loop));
+  ASSERT_OK(uvs_sched_init(&loop, &sched, NULL));
+  ASSERT_OK(uv_sem_init(&wc_gate, 0));
+  ASSERT_OK(uv_async_init(&loop, &wc_started, wc_started_cb));
+  ASSERT_OK(uvs_worker_init(&sched, &wc_workers[0], UVS_POOL));
+  ASSERT_OK(uvs_worker_init(&sched, &wc_workers[1], UVS_LOOP));
+  ASSERT_OK(uvs_worker_init(&sched, &wc_workers[2], UVS_LOOP));
+  ASSERT_OK(uvs_task_init(&wc_gate_task, wc_gate_run_cb, wc_gate_done_cb));
+  ASSERT_OK(uvs_schedule(&wc_workers[0], &wc_gate_task));
+  for (i = 0; i < 4; i++) {
+    ASSERT_OK(uvs_task_init(&wc_tasks[0][i], wc_run_cb, wc_done_cb));
+    ASSERT_OK(uvs_schedule(&wc_workers[0], &wc_tasks[0][i]));
+  }
+  for (i = 0; i < 4; i++)
+    ASSERT_OK(uvs_task_init(&wc_tasks[1][i], wc_run_cb, wc_done_cb));
+  ASSERT_OK(uv_run(&loop, UV_RUN_DEFAULT));
+  if (which == 3)
+    ASSERT_OK(uv_thread_join(&wc_thread));
+  /* Worker 0's 4 queued tasks were cancelled; worker 1's 4 handed back. */
+  ASSERT_EQ(wc_cancelled, 4);
+  ASSERT_EQ(wc_handed1, 4);
+  ASSERT_LE(atomic_load(&wc_ran), 4);
+  if (which == 1)
+    ASSERT_EQ(wc_closes_in_done, 4);
+  wc_check_events(1, 1, which == 1 ? 0 : 1);
+  for (i = 0; i < 3; i++)
+    ASSERT_ERR(uvs_worker_close(&wc_workers[i], UVS_CANCEL, NULL), UV_EINVAL);
+  if (which == 2)
+    uv_close((uv_handle_t*) &wc_timer, NULL);
+  ASSERT_OK(uv_run(&loop, UV_RUN_DEFAULT));
+  uv_sem_destroy(&wc_gate);
+  ASSERT_OK(uv_loop_close(&loop));
+}
+
+
+TEST_IMPL(close_worker_in_sched_close_busy) {
+  worker_close_in_sched_close(0);
+  return 0;
+}
+
+
+TEST_IMPL(close_worker_in_sched_close_from_done) {
+  worker_close_in_sched_close(1);
+  return 0;
+}
+
+
+TEST_IMPL(close_worker_in_sched_close_after_closed) {
+  worker_close_in_sched_close(2);
+  return 0;
+}
+
+
+TEST_IMPL(close_worker_in_sched_close_foreign) {
+  worker_close_in_sched_close(3);
   return 0;
 }

@@ -191,6 +191,10 @@ TEST_DECLARE(wheel_model_random)
 TEST_DECLARE(close_race_cancel_prefix_pool)
 TEST_DECLARE(close_race_cancel_prefix_loop_foreign)
 TEST_DECLARE(close_race_sched_cancel_prefix)
+TEST_DECLARE(close_worker_in_sched_close_busy)
+TEST_DECLARE(close_worker_in_sched_close_from_done)
+TEST_DECLARE(close_worker_in_sched_close_after_closed)
+TEST_DECLARE(close_worker_in_sched_close_foreign)
 
 /* test-order.c */
 TEST_DECLARE(order_done_as_run_pool)
@@ -371,6 +375,10 @@ static const test_entry_t TESTS[] = {
   TEST_ENTRY(slice_loop_one_long_task_per_turn)
   TEST_ENTRY(slice_loop_timer_between_long_tasks)
   TEST_ENTRY(slice_loop_read_between_long_tasks)
+  TEST_ENTRY(close_worker_in_sched_close_busy)
+  TEST_ENTRY(close_worker_in_sched_close_from_done)
+  TEST_ENTRY(close_worker_in_sched_close_after_closed)
+  TEST_ENTRY(close_worker_in_sched_close_foreign)
   {NULL, NULL}
 };
 /* clang-format on */
