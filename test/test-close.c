@@ -1,5 +1,6 @@
-/* Closes (SPEC guarantee 8): racing with the work they cancel, and worker
- * closes during a scheduler's close. */
+/* Closes (SPEC guarantee 8): racing with the work they cancel, worker
+ * closes during a scheduler's close, and what a closed scheduler and its
+ * workers still answer. */
 
 #include "task.h"
 
@@ -529,5 +530,179 @@ TEST_IMPL(close_worker_in_sched_close_after_closed) {
 
 TEST_IMPL(close_worker_in_sched_close_foreign) {
   worker_close_in_sched_close(3);
+  return 0;
+}
+
+
+/* ---- a closed scheduler's stats and workers ------------------------------
+ *
+ * In its close callback and after it, uvs_sched_stats returns the final
+ * totals: scheduled == ran + cancelled, nothing pending. Schedules and
+ * posts onto one of its workers after that, from the loop or a foreign
+ * thread, answer UV_ESHUTDOWN (its memory is not reused here) and never
+ * call back. Worker 1 (loop) runs 2 posts and 5 tasks; then worker 0
+ * (pool) runs a gate task with 3 tasks and 2 posts queued behind it while
+ * the scheduler closes with UVS_CANCEL. */
+
+static uvs_task_t cs_gate_task;
+static uvs_task_t cs_tasks[8];
+static uvs_task_t cs_late_task;
+static atomic_int cs_runs;
+static int cs_dones;
+static int cs_close_calls;
+static int cs_late_err[3];
+static uvs_stats_t cs_stats_in_cb;
+static uvs_stats_t cs_stats_foreign;
+
+
+static void cs_run_cb(uvs_task_t* task) {
+  (void) task;
+  atomic_fetch_add(&cs_runs, 1);
+}
+
+
+static void cs_post_fn(void* arg) {
+  (void) arg;
+  atomic_fetch_add(&cs_runs, 1);
+}
+
+
+static void cs_schedule_worker0(void);
+
+static void cs_done_cb(uvs_task_t* task, int status) {
+  ASSERT_PTR_NE(task, &cs_late_task);
+  cs_dones++;
+  if (task >= &cs_tasks[5] && task < &cs_tasks[8]) {
+    ASSERT_ERR(status, UV_ECANCELED);
+    return;
+  }
+  ASSERT_OK(status);
+  /* Worker 1's work has all run: now the gate. */
+  if (task == &cs_tasks[4])
+    cs_schedule_worker0();
+}
+
+
+static void cs_check_final(const uvs_stats_t* st) {
+  /* gate + 3 + 2 on worker 0, 5 + 2 on worker 1 */
+  ASSERT_UINT64_EQ(st->scheduled, 13);
+  ASSERT_UINT64_EQ(st->ran, 8);
+  ASSERT_UINT64_EQ(st->cancelled, 5);
+  ASSERT_UINT64_EQ(st->pending, 0);
+  ASSERT_UINT64_EQ(st->scheduled, st->ran + st->cancelled);
+}
+
+
+static void cs_sched_close_cb(uvs_sched_t* s) {
+  ASSERT_PTR_EQ(s, &sched);
+  cs_close_calls++;
+  uvs_sched_stats(&sched, &cs_stats_in_cb);
+  cs_check_final(&cs_stats_in_cb);
+}
+
+
+static void cs_started_cb(uv_async_t* handle) {
+  uv_close((uv_handle_t*) handle, NULL);
+  ASSERT_OK(uvs_sched_close(&sched, UVS_CANCEL, cs_sched_close_cb));
+  uv_sem_post(&wc_gate);
+}
+
+
+static void cs_gate_run_cb(uvs_task_t* task) {
+  (void) task;
+  atomic_fetch_add(&cs_runs, 1);
+  ASSERT_OK(uv_async_send(&wc_started));
+  uv_sem_wait(&wc_gate);
+}
+
+
+static void cs_late(uvs_worker_t* w, int* err) {
+  err[0] = uvs_schedule(w, &cs_late_task);
+  err[1] = uvs_schedule_after(w, &cs_late_task, 1);
+  err[2] = uvs_post(w, cs_post_fn, NULL);
+}
+
+
+static void cs_foreign(void* arg) {
+  cs_late((uvs_worker_t*) arg, cs_late_err);
+  uvs_sched_stats(&sched, &cs_stats_foreign);
+}
+
+
+static void cs_schedule_worker0(void) {
+  int i;
+
+  ASSERT_OK(uvs_schedule(&wc_workers[0], &cs_gate_task));
+  for (i = 5; i < 8; i++) ASSERT_OK(uvs_schedule(&wc_workers[0], &cs_tasks[i]));
+  ASSERT_OK(uvs_post(&wc_workers[0], cs_post_fn, NULL));
+  ASSERT_OK(uvs_post(&wc_workers[0], cs_post_fn, NULL));
+}
+
+
+static void cs_setup(void) {
+  int i;
+
+  wc_loop_thread = uv_thread_self();
+  ASSERT_OK(uv_loop_init(&loop));
+  ASSERT_OK(uvs_sched_init(&loop, &sched, NULL));
+  ASSERT_OK(uv_sem_init(&wc_gate, 0));
+  ASSERT_OK(uv_async_init(&loop, &wc_started, cs_started_cb));
+  ASSERT_OK(uvs_worker_init(&sched, &wc_workers[0], UVS_POOL));
+  ASSERT_OK(uvs_worker_init(&sched, &wc_workers[1], UVS_LOOP));
+  ASSERT_OK(uvs_task_init(&cs_late_task, cs_run_cb, cs_done_cb));
+  for (i = 0; i < 8; i++)
+    ASSERT_OK(uvs_task_init(&cs_tasks[i], cs_run_cb, cs_done_cb));
+  ASSERT_OK(uvs_task_init(&cs_gate_task, cs_gate_run_cb, cs_done_cb));
+  ASSERT_OK(uvs_post(&wc_workers[1], cs_post_fn, NULL));
+  ASSERT_OK(uvs_post(&wc_workers[1], cs_post_fn, NULL));
+  for (i = 0; i < 5; i++) ASSERT_OK(uvs_schedule(&wc_workers[1], &cs_tasks[i]));
+  ASSERT_OK(uv_run(&loop, UV_RUN_DEFAULT));
+  ASSERT_EQ(cs_close_calls, 1);
+  ASSERT_EQ(atomic_load(&cs_runs), 8);
+  ASSERT_EQ(cs_dones, 9); /* tasks; posts have no done_cb */
+}
+
+
+TEST_IMPL(close_sched_stats_final) {
+  uvs_stats_t st;
+  uv_thread_t thread;
+
+  cs_setup();
+  uvs_sched_stats(&sched, &st);
+  cs_check_final(&st);
+  ASSERT_OK(uv_thread_create(&thread, cs_foreign, &wc_workers[1]));
+  ASSERT_OK(uv_thread_join(&thread));
+  cs_check_final(&cs_stats_foreign);
+  uv_sem_destroy(&wc_gate);
+  ASSERT_OK(uv_loop_close(&loop));
+  uvs_sched_stats(&sched, &st);
+  cs_check_final(&st);
+  return 0;
+}
+
+
+TEST_IMPL(close_sched_closed_schedule_shutdown) {
+  uv_thread_t thread;
+  int err[3];
+  int w;
+  int i;
+
+  cs_setup();
+  for (w = 0; w < 2; w++) {
+    ASSERT_OK(uv_thread_create(&thread, cs_foreign, &wc_workers[w]));
+    ASSERT_OK(uv_thread_join(&thread));
+    cs_late(&wc_workers[w], err);
+    for (i = 0; i < 3; i++) {
+      ASSERT_ERR(cs_late_err[i], UV_ESHUTDOWN);
+      ASSERT_ERR(err[i], UV_ESHUTDOWN);
+    }
+  }
+  /* Nothing was accepted: nothing to run or hand back. */
+  ASSERT_OK(uv_run(&loop, UV_RUN_DEFAULT));
+  ASSERT_EQ(atomic_load(&cs_runs), 8);
+  ASSERT_EQ(cs_dones, 9);
+  ASSERT_ERR(uvs_task_cancel(&cs_late_task), UV_EINVAL);
+  uv_sem_destroy(&wc_gate);
+  ASSERT_OK(uv_loop_close(&loop));
   return 0;
 }

@@ -195,6 +195,8 @@ TEST_DECLARE(close_worker_in_sched_close_busy)
 TEST_DECLARE(close_worker_in_sched_close_from_done)
 TEST_DECLARE(close_worker_in_sched_close_after_closed)
 TEST_DECLARE(close_worker_in_sched_close_foreign)
+TEST_DECLARE(close_sched_stats_final)
+TEST_DECLARE(close_sched_closed_schedule_shutdown)
 
 /* test-order.c */
 TEST_DECLARE(order_done_as_run_pool)
@@ -379,6 +381,8 @@ static const test_entry_t TESTS[] = {
   TEST_ENTRY(close_worker_in_sched_close_from_done)
   TEST_ENTRY(close_worker_in_sched_close_after_closed)
   TEST_ENTRY(close_worker_in_sched_close_foreign)
+  TEST_ENTRY(close_sched_stats_final)
+  TEST_ENTRY(close_sched_closed_schedule_shutdown)
   {NULL, NULL}
 };
 /* clang-format on */
