@@ -17,6 +17,10 @@
  *     UV_ECANCELED); a rejected schedule is never handed back;
  *   - per producer and worker, tasks and posts scheduled at once run in
  *     the order of their schedule calls;
+ *   - a close with UVS_CANCEL (of the worker or of its scheduler) does not
+ *     skip a task: once it has handed back an ordered task of a producer
+ *     that nobody cancelled, no later task or post of that producer has run
+ *     on that worker (checked in the close callback, when all have ended);
  *   - never two run callbacks of one worker at once, each on the right
  *     thread (pool or loop);
  *   - nothing early: a delayed task not before t_call + delay, periodic
@@ -69,6 +73,9 @@ typedef struct {
   long last_seq[NPROD]; /* by run callbacks, one at a time */
   long next_seq[NPROD]; /* by producer p only */
   uint64_t closed_at;   /* ms, set before phase becomes S_CLOSED */
+  /* Loop thread: per producer, the lowest seq of an ordered task that a
+   * close handed back in this incarnation of the worker; LONG_MAX if none. */
+  long close_cut[NPROD];
   atomic_long closes;
 } slot_t;
 
@@ -86,6 +93,7 @@ typedef struct {
   int runs; /* in the current schedule (periodic: all its runs) */
   int status;
   int cancel_ok;
+  atomic_int cancel_tried; /* uvs_task_cancel was called in this custody */
   int ever_accepted;
   int depth; /* self re-schedules in this custody */
   long accepts;
@@ -261,10 +269,20 @@ static void run_cb(uvs_task_t* task) {
 
 static void done_cb(uvs_task_t* task, int status) {
   stask_t* t;
+  slot_t* sl;
   int st;
 
   ASSERT(on_loop_thread());
   t = TEST_CONTAINER_OF(task, stask_t, task);
+  /* An ordered task that never ran and that nobody cancelled: a close
+   * handed it back, so nothing its producer scheduled after it may run on
+   * this worker (see check_close_prefix). */
+  if (status == UV_ECANCELED && t->kind == K_NOW && t->seq >= 0 &&
+      !atomic_load(&t->cancel_tried)) {
+    sl = &slots[t->slot];
+    if (t->seq < sl->close_cut[t->owner])
+      sl->close_cut[t->owner] = t->seq;
+  }
   if (t->kind == K_EVERY) {
     ASSERT_ERR(status, UV_ECANCELED);
   } else if (status == 0) {
@@ -306,6 +324,23 @@ static void post_fn(void* arg) {
 }
 
 
+/* Every task of the worker has been handed back and no run callback of it
+ * executes: the runs of each producer's ordered tasks and posts stop before
+ * the first ordered task that the close handed back. */
+static void check_close_prefix(slot_t* sl) {
+  int i;
+
+  for (i = 0; i < NPROD; i++) {
+    if (sl->close_cut[i] != LONG_MAX && sl->last_seq[i] > sl->close_cut[i])
+      test_failed(__FILE__, __LINE__,
+                  "slot %d, producer %d: seq %ld ran after a close handed "
+                  "back seq %ld",
+                  (int) (sl - slots), i, sl->last_seq[i], sl->close_cut[i]);
+    sl->close_cut[i] = LONG_MAX;
+  }
+}
+
+
 static void worker_close_cb(uvs_worker_t* w) {
   slot_t* sl;
   int ph;
@@ -313,6 +348,7 @@ static void worker_close_cb(uvs_worker_t* w) {
   ASSERT(on_loop_thread());
   sl = TEST_CONTAINER_OF(w, slot_t, worker);
   ASSERT_EQ(atomic_load(&sl->inflight), 0);
+  check_close_prefix(sl);
   ph = atomic_load(&sl->phase);
   ASSERT(ph == S_CLAIMED || ph == S_CLOSING);
   sl->closed_at = test_hrtime_ms();
@@ -323,9 +359,13 @@ static void worker_close_cb(uvs_worker_t* w) {
 
 static void sched_close_cb(uvs_sched_t* s) {
   int i;
+  int j;
 
   i = (int) (s - scheds);
   uvs_sched_stats(s, &final_stats[i]);
+  for (j = 0; j < NSLOTS; j++)
+    if (slots[j].sched == i)
+      check_close_prefix(&slots[j]);
   if (++scheds_closed < NSCHED)
     return;
   /* The foreign producers kept calling through both closes (every call
@@ -399,6 +439,7 @@ static void op_schedule(producer_t* p, int pi, int kind) {
   t->period = 1 + (r >> 16) % 8;
   t->runs = 0;
   t->cancel_ok = 0;
+  atomic_store(&t->cancel_tried, 0);
   t->depth = 0;
   t->status = 1;
   atomic_store(&t->state, T_SUBMIT);
@@ -468,6 +509,7 @@ static void op_cancel(producer_t* p, stask_t* t) {
   sl = &slots[t->slot];
   uv_rwlock_rdlock(&sl->lock);
   st = atomic_load(&t->state);
+  atomic_store(&t->cancel_tried, 1);
   err = uvs_task_cancel(&t->task);
   if (st == T_FREE) {
     ASSERT_ERR(err, t->ever_accepted ? UV_EBUSY : UV_EINVAL);
@@ -776,7 +818,10 @@ int main(int argc, char** argv) {
     sl->sched = i / NSLOT;
     sl->where = i % NSLOT < 2 ? UVS_POOL : UVS_LOOP;
     ASSERT_OK(uv_rwlock_init(&sl->lock));
-    for (j = 0; j < NPROD; j++) sl->last_seq[j] = -1;
+    for (j = 0; j < NPROD; j++) {
+      sl->last_seq[j] = -1;
+      sl->close_cut[j] = LONG_MAX;
+    }
     ASSERT_OK(uvs_worker_init(&scheds[sl->sched], &sl->worker, sl->where));
   }
   for (i = 0; i < NPROD; i++) {

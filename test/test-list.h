@@ -187,6 +187,27 @@ TEST_DECLARE(worker_closed_outlives_sched)
 /* test-wheel.c */
 TEST_DECLARE(wheel_model_random)
 
+/* test-close.c */
+TEST_DECLARE(close_race_cancel_prefix_pool)
+TEST_DECLARE(close_race_cancel_prefix_loop_foreign)
+TEST_DECLARE(close_race_sched_cancel_prefix)
+TEST_DECLARE(close_worker_in_sched_close_busy)
+TEST_DECLARE(close_worker_in_sched_close_from_done)
+TEST_DECLARE(close_worker_in_sched_close_after_closed)
+TEST_DECLARE(close_worker_in_sched_close_foreign)
+TEST_DECLARE(close_sched_stats_final)
+TEST_DECLARE(close_sched_closed_schedule_shutdown)
+
+/* test-order.c */
+TEST_DECLARE(order_done_as_run_pool)
+TEST_DECLARE(order_done_as_run_loop)
+
+/* test-slice.c */
+TEST_DECLARE(slice_pool_one_long_task_per_drain)
+TEST_DECLARE(slice_loop_one_long_task_per_turn)
+TEST_DECLARE(slice_loop_timer_between_long_tasks)
+TEST_DECLARE(slice_loop_read_between_long_tasks)
+
 /* clang-format off */
 static const test_entry_t TESTS[] = {
   TEST_ENTRY(cancel_never_scheduled)
@@ -347,6 +368,21 @@ static const test_entry_t TESTS[] = {
   TEST_ENTRY(worker_close_drain_running_periodic)
   TEST_ENTRY(worker_closed_outlives_sched)
   TEST_ENTRY(wheel_model_random)
+  TEST_ENTRY(close_race_cancel_prefix_pool)
+  TEST_ENTRY(close_race_cancel_prefix_loop_foreign)
+  TEST_ENTRY(close_race_sched_cancel_prefix)
+  TEST_ENTRY(order_done_as_run_pool)
+  TEST_ENTRY(order_done_as_run_loop)
+  TEST_ENTRY(slice_pool_one_long_task_per_drain)
+  TEST_ENTRY(slice_loop_one_long_task_per_turn)
+  TEST_ENTRY(slice_loop_timer_between_long_tasks)
+  TEST_ENTRY(slice_loop_read_between_long_tasks)
+  TEST_ENTRY(close_worker_in_sched_close_busy)
+  TEST_ENTRY(close_worker_in_sched_close_from_done)
+  TEST_ENTRY(close_worker_in_sched_close_after_closed)
+  TEST_ENTRY(close_worker_in_sched_close_foreign)
+  TEST_ENTRY(close_sched_stats_final)
+  TEST_ENTRY(close_sched_closed_schedule_shutdown)
   {NULL, NULL}
 };
 /* clang-format on */
