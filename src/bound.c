@@ -12,10 +12,9 @@
 
 #include "internal.h"
 
-#include <string.h>
 
 
-static uint64_t queued_now(uvs_worker_t* w) {
+uint64_t uvs__queued_now(uvs_worker_t* w) {
   uint64_t in;
   uint64_t out;
 
@@ -31,7 +30,7 @@ static uint64_t queued_now(uvs_worker_t* w) {
 static void note_max(uvs_worker_t* w, uint64_t queued) {
   uint64_t max;
 
-  max = uvs__load_relaxed(&w->queued_max);
+  max = uvs__load_rlx(&w->queued_max);
   while (queued > max &&
          !__atomic_compare_exchange_n(&w->queued_max, &max, queued, 1,
                                       __ATOMIC_RELAXED, __ATOMIC_RELAXED))
@@ -74,7 +73,7 @@ static void evict_for(uvs_worker_t* w) {
     w->ndropped++;
     uvs__drop(w->sched, t, UV_ENOBUFS);
   }
-  uvs__add(&w->q_in, 1);
+  uvs__add_sc(&w->q_in, 1);
 }
 
 
@@ -82,7 +81,7 @@ static void evict_for(uvs_worker_t* w) {
  * drain that made room just now may not have seen the mark: look again. */
 static void mark_full(uvs_worker_t* w, int locked) {
   __atomic_store_n(&w->full, 1, __ATOMIC_SEQ_CST);
-  if (queued_now(w) <= w->low_water)
+  if (uvs__queued_now(w) <= w->low_water)
     uvs__space_check(w, locked);
 }
 
@@ -93,14 +92,14 @@ int uvs__admit(uvs_worker_t* w, int locked) {
 
   if (w->max_pending == 0) {
     /* Counted for metrics only. */
-    in = uvs__add(&w->q_in, 1) + 1;
-    out = uvs__load(&w->q_out_run) + uvs__load(&w->q_out_lock);
+    in = uvs__add_sc(&w->q_in, 1) + 1;
+    out = uvs__load_acq(&w->q_out_run) + uvs__load_acq(&w->q_out_lock);
     note_max(w, in > out ? in - out : 0);
     return 0;
   }
-  in = uvs__load(&w->q_in);
+  in = uvs__load_acq(&w->q_in);
   for (;;) {
-    out = uvs__load(&w->q_out_run) + uvs__load(&w->q_out_lock);
+    out = uvs__load_acq(&w->q_out_run) + uvs__load_acq(&w->q_out_lock);
     if (in - out >= w->max_pending)
       break;
     if (__atomic_compare_exchange_n(&w->q_in, &in, in + 1, 1,
@@ -113,7 +112,7 @@ int uvs__admit(uvs_worker_t* w, int locked) {
   }
   mark_full(w, locked);
   if (w->on_full != UVS_FULL_DROP_OLDEST) {
-    uvs__add(&w->nrejected, 1);
+    uvs__add_sc(&w->nrejected, 1);
     return UV_EAGAIN;
   }
   if (!locked)
@@ -158,7 +157,7 @@ void uvs__space_check(uvs_worker_t* w, int locked) {
    * looks again after it marks the worker full). */
   owe = 0;
   full = __atomic_load_n(&w->full, __ATOMIC_SEQ_CST);
-  if (full && queued_now(w) <= w->low_water) {
+  if (full && uvs__queued_now(w) <= w->low_water) {
     full = 1;
     owe = __atomic_compare_exchange_n(&w->full, &full, 0, 0, __ATOMIC_SEQ_CST,
                                       __ATOMIC_RELAXED) &&
@@ -169,12 +168,12 @@ void uvs__space_check(uvs_worker_t* w, int locked) {
   s = w->sched;
   if (!locked)
     uv_mutex_lock(&s->lock);
-  if (owe && !w->space_owed && !(w->flags & UVS__W_CLOSING)) {
+  if (owe && !w->space_owed && !(w->flags & UVS__WF_CLOSING)) {
     w->space_owed = 1;
     uvs__queue_push(&s->space, &w->space_node);
     uvs__kick(s);
   }
-  if (w->nwaiters != 0 && queued_now(w) < w->max_pending)
+  if (w->nwaiters != 0 && uvs__queued_now(w) < w->max_pending)
     wake_one(w);
   if (!locked)
     uv_mutex_unlock(&s->lock);
@@ -184,7 +183,7 @@ void uvs__space_check(uvs_worker_t* w, int locked) {
 void uvs__unqueued(uvs_worker_t* w) {
   if (!uvs__counting(w))
     return;
-  __atomic_store_n(&w->q_out_lock, uvs__load_relaxed(&w->q_out_lock) + 1,
+  __atomic_store_n(&w->q_out_lock, uvs__load_rlx(&w->q_out_lock) + 1,
                    __ATOMIC_SEQ_CST);
   if (w->max_pending != 0)
     uvs__space_check(w, 1);
@@ -211,180 +210,34 @@ void uvs__hist_add(uvs_hist_t* h, uint64_t ns) {
 }
 
 
-int uvs_worker_init_ex(uvs_sched_t* s,
-                       uvs_worker_t* w,
-                       uvs_where_t where,
-                       const uvs_worker_options_t* o) {
-  if (o == NULL)
-    return uvs_worker_init(s, w, where);
-  if (s == NULL || w == NULL || (where != UVS_POOL && where != UVS_LOOP))
-    return UV_EINVAL;
-  if (o->width > 1 && where != UVS_POOL)
-    return UV_EINVAL;
-  if (o->on_full != UVS_FULL_REJECT && o->on_full != UVS_FULL_BLOCK &&
-      o->on_full != UVS_FULL_DROP_OLDEST)
-    return UV_EINVAL;
-  if (o->max_pending != 0 && o->low_water >= o->max_pending)
-    return UV_EINVAL;
-  return uvs__worker_init(s, w, where, o);
-}
-
-
-static uint64_t load64(const uint64_t* p) {
-  return __atomic_load_n(p, __ATOMIC_RELAXED);
-}
-
-
-static void hist_copy(uvs_hist_t* out, const uvs_hist_t* h) {
-  unsigned k;
-
-  out->count = load64(&h->count);
-  out->sum_ns = load64(&h->sum_ns);
-  out->max_ns = load64(&h->max_ns);
-  for (k = 0; k < 24; k++)
-    out->bucket[k] = load64(&h->bucket[k]);
-}
-
-
-/* A worker that doesn't count its tasks (no bound, no metrics) keeps no
- * running count either: its drains are running while they hold a batch,
- * which is so all through a run_cb. Lock held. */
-static uint64_t batches_running(uvs_worker_t* w) {
-  uint64_t n;
-  unsigned i;
-
-  if (w->keys == NULL)
-    return w->batch != NULL;
-  n = 0;
-  for (i = 0; i < w->width; i++)
-    n += uvs__keys_lane(w, i)->batch != NULL;
-  return n;
-}
-
-
-int uvs_worker_metrics(const uvs_worker_t* worker, uvs_worker_metrics_t* out) {
-  uvs_worker_t* w;
+int uvs__wait_room(uvs_worker_t* w, uvs__waiter_t* waiter, uint64_t deadline) {
   uvs_sched_t* s;
-  uint64_t inbox;
-  uint64_t pending;
-  uint64_t other;
-  int open;
-
-  if (worker == NULL || out == NULL)
-    return UV_EINVAL;
-  w = (uvs_worker_t*) worker;
-  memset(out, 0, sizeof(*out));
-  /* A closed worker's scheduler may be gone: read what the worker holds,
-   * which nobody writes any more. */
-  open = uvs__worker_enter(w) == 0;
-  s = open ? w->sched : NULL;
-  if (s != NULL)
-    uv_mutex_lock(&s->lock);
-  inbox = open ? uvs__inbox_count(w) : 0;
-  out->scheduled = w->nsched + inbox;
-  out->ran = load64(&w->nran);
-  out->dropped = w->ndropped;
-  out->cancelled = w->ncancelled - w->ndropped;
-  out->rejected = load64(&w->nrejected);
-  out->delayed = w->ndelayed;
-  if (w->counting)
-    out->running = __atomic_load_n(&w->running, __ATOMIC_RELAXED);
-  else if (open)
-    out->running = batches_running(w);
-  if (uvs__counting(w)) {
-    out->queued = queued_now(w);
-  } else if (open) {
-    /* Derived: what is pending and neither delayed nor running. */
-    pending = uvs__worker_pending(w) + inbox;
-    other = out->delayed + out->running;
-    out->queued = pending > other ? pending - other : 0;
-  }
-  out->queued_max = load64(&w->queued_max);
-  if (out->queued_max < out->queued)
-    out->queued_max = out->queued;
-  if (s != NULL) {
-    uv_mutex_unlock(&s->lock);
-    uvs__worker_leave(w);
-  }
-  hist_copy(&out->wait, &w->hist_wait);
-  hist_copy(&out->run, &w->hist_run);
-  return 0;
-}
-
-
-int uvs_schedule_wait(uvs_worker_t* w, uvs_task_t* t, uint64_t timeout_ms) {
-  uvs__waiter_t waiter;
-  uvs_sched_t* s;
-  uint64_t deadline;
   uint64_t now;
-  int pinned;
   int err;
 
-  err = uvs_schedule(w, t);
-  if (err != UV_EAGAIN || w->on_full != UVS_FULL_BLOCK)
-    return err;
-  /* Never block the thread that would make room: the loop's, or a pool
-   * thread running this library's tasks. */
-  if (uvs__is_thread(&w->thread) || uvs__tls.draining)
-    return UV_EAGAIN;
-
-  now = uv_hrtime();
-  deadline = timeout_ms > (UINT64_MAX - now) / 1000000
-                 ? UINT64_MAX
-                 : now + timeout_ms * 1000000;
-  if (uvs__worker_pin(w, &pinned) != 0)
-    return UV_ESHUTDOWN;
   s = w->sched;
-  if (uv_cond_init(&waiter.cond) != 0) {
-    if (pinned)
-      uvs__worker_leave(w);
-    return UV_ENOMEM;
-  }
-  for (;;) {
-    err = uvs_schedule(w, t);
-    if (err != UV_EAGAIN)
-      break;
-    uv_mutex_lock(&s->lock);
-    waiter.woken = 0;
-    uvs__queue_push(&w->waiters, &waiter.node);
-    __atomic_store_n(&w->nwaiters, w->nwaiters + 1, __ATOMIC_SEQ_CST);
-    /* Room made before we were listed is seen here (see space_check). */
-    while (!waiter.woken && !uvs__shut(s, w) &&
-           queued_now(w) >= w->max_pending) {
-      now = uv_hrtime();
-      if (now >= deadline ||
-          uv_cond_timedwait(&waiter.cond, &s->lock, deadline - now) != 0)
-        break;
-    }
-    if (!waiter.woken) {
-      uvs__queue_remove(&waiter.node);
-      __atomic_store_n(&w->nwaiters, w->nwaiters - 1, __ATOMIC_SEQ_CST);
-    }
-    err = 0;
-    if (uvs__shut(s, w))
-      err = UV_ESHUTDOWN;
-    else if (!waiter.woken && queued_now(w) >= w->max_pending &&
-             uv_hrtime() >= deadline)
-      err = UV_ETIMEDOUT;
-    uv_mutex_unlock(&s->lock);
-    if (err != 0)
+  uv_mutex_lock(&s->lock);
+  waiter->woken = 0;
+  uvs__queue_push(&w->waiters, &waiter->node);
+  __atomic_store_n(&w->nwaiters, w->nwaiters + 1, __ATOMIC_SEQ_CST);
+  /* Room made before we were listed is seen here (see space_check). */
+  while (!waiter->woken && !uvs__shut(s, w) &&
+         uvs__queued_now(w) >= w->max_pending) {
+    now = uv_hrtime();
+    if (now >= deadline ||
+        uv_cond_timedwait(&waiter->cond, &s->lock, deadline - now) != 0)
       break;
   }
-  uv_cond_destroy(&waiter.cond);
-  if (pinned)
-    uvs__worker_leave(w);
+  if (!waiter->woken) {
+    uvs__queue_remove(&waiter->node);
+    __atomic_store_n(&w->nwaiters, w->nwaiters - 1, __ATOMIC_SEQ_CST);
+  }
+  err = 0;
+  if (uvs__shut(s, w))
+    err = UV_ESHUTDOWN;
+  else if (!waiter->woken && uvs__queued_now(w) >= w->max_pending &&
+           uv_hrtime() >= deadline)
+    err = UV_ETIMEDOUT;
+  uv_mutex_unlock(&s->lock);
   return err;
-}
-
-
-int uvs_task_set_key(uvs_task_t* t, uint64_t key) {
-  unsigned st;
-
-  if (t == NULL)
-    return UV_EINVAL;
-  st = uvs__load(&t->state) & UVS__T_MASK;
-  if (st != UVS__T_IDLE && st != UVS__T_FINISHED)
-    return UV_EBUSY;
-  t->key = key;
-  return 0;
 }

@@ -4,7 +4,7 @@
  * drains of the worker run at once, the worker is never listed as ready
  * twice, and when everything has stopped the worker is idle with nothing
  * queued. The script also checks that the model is not vacuous: with
- * -DBROKEN_NO_RECHECK (after_drain skips its second look at the inbox) or
+ * -DBROKEN_NO_RECHECK (turn_ended() skips its second look at the inbox) or
  * -DBROKEN_LOOK_FIRST (a producer reads the state before its push) spin must
  * find the lost task.
  *
@@ -19,10 +19,10 @@
  * explores sequentially consistent interleavings; the operations that
  * decide the hand-off are seq_cst in the C code (the exchange on the tail
  * and the load and CAS of worker->state in the producer; the store and CAS
- * of worker->state and the load of the tail in after_drain()), which is
+ * of worker->state and the load of the tail in turn_ended()), which is
  * what makes that faithful. The release store of the link and the acquire
  * load in pop() carry the task's contents, not the decision, and are one
- * step each here. Kicks of the loop (uvs__kick() in src/sched.c) are not
+ * step each here. Kicks of the loop (uvs__kick() in src/loop.c) are not
  * modelled: a worker listed as ready is assumed to be dispatched
  * eventually. A drain that stops early (its budget or time slice is spent)
  * and leaves tasks queued is modelled by BUDGET: tasks a drain moved into
@@ -42,21 +42,23 @@
  *                                  uvs__inbox_push() in src/inbox.c:
  *                                  exchange on inbox_tail (seq_cst), then
  *                                  release store of prev->next
- *   push(): state load, CAS, make  uvs__worker_push() in src/sched.c
- *   make_ready()                   uvs__worker_make_ready() in src/sched.c:
- *                                  phase = READY, listed once
- *   proctype Drain (one per `go`)  drain() in src/sched.c: batches under
- *                                  the lock via uvs__inbox_take() in
+ *   push(): state load, CAS, make  uvs__worker_push() in src/worker.c
+ *   make_ready()                   uvs__worker_make_ready() in
+ *                                  src/worker.c: phase = READY, listed once
+ *   proctype Drain (one per `go`)  uvs__drain() in src/drain.c: batches
+ *                                  under the lock via fill() in
+ *                                  src/drain.c, uvs__inbox_take() in
  *                                  src/inbox.c (and pop() in src/inbox.c),
  *                                  runs them without it, stops on
  *                                  empty-for-now or budget
- *   Loop: dispatch                 dispatch() in src/sched.c and
- *                                  run_loop_workers() in src/sched.c:
+ *   Loop: dispatch                 dispatch() in src/loop.c and
+ *                                  run_loop_workers() in src/loop.c:
  *                                  phase = POSTED, one drain posted
- *   Loop: after_drain              drain_after() in src/sched.c and
- *                                  after_drain() in src/sched.c
+ *   Loop: after_drain              drain_work_done() in src/loop.c and
+ *                                  turn_ended() in src/loop.c
  *   nonempty()                     uvs__inbox_nonempty() in src/inbox.c
- *   Loop: timer push               fire() in src/sched.c calling
+ *   Loop: timer push               fire() in src/loop.c calling uvs__due()
+ *                                  in src/worker.c, which calls
  *                                  uvs__worker_push(requeue = 1) with the
  *                                  lock held (also
  *                                  uvs__worker_close_locked() in
@@ -195,11 +197,11 @@ end:
         fi
      od;
      drains--;
-     finished = 1 /* libuv queues drain_after() for the loop thread */
+     finished = 1 /* libuv queues drain_work_done() for the loop thread */
   od
 }
 
-/* The loop thread: dispatches a ready worker, runs after_drain() when a
+/* The loop thread: dispatches a ready worker, runs turn_ended() when a
  * drain returned, and pushes delayed tasks that fall due (lock held). */
 active proctype Loop() {
   bool ne;
@@ -222,7 +224,7 @@ end:
   :: finished ->
      finished = 0;
      acquire();
-     /* after_drain() */
+     /* turn_ended() */
      phase = P_IDLE;
      nonempty(ne);
      if

@@ -18,7 +18,7 @@
 void uvs__inbox_init(uvs_worker_t* w) {
   w->inbox_stub.next = NULL;
   w->inbox_head = &w->inbox_stub;
-  uvs__store(&w->inbox_tail, &w->inbox_stub);
+  uvs__store_rel(&w->inbox_tail, &w->inbox_stub);
   uvs__queue_init(&w->fifo);
 }
 
@@ -26,12 +26,12 @@ void uvs__inbox_init(uvs_worker_t* w) {
 static void push_node(uvs_worker_t* w, uvs__queue_t* n) {
   uvs__queue_t* prev;
 
-  uvs__store_relaxed(&n->next, NULL);
+  uvs__store_rlx(&n->next, NULL);
   /* seq_cst: this exchange and the producer's load of worker->state, and
    * the loop's store of the state and its load of the tail, are the two
    * halves of the hand-off that decides who makes the worker ready. */
   prev = __atomic_exchange_n(&w->inbox_tail, n, __ATOMIC_SEQ_CST);
-  uvs__store(&prev->next, n);
+  uvs__store_rel(&prev->next, n);
 }
 
 
@@ -41,8 +41,7 @@ void uvs__inbox_push(uvs_worker_t* w, uvs_task_t* t) {
 
 
 int uvs__inbox_nonempty(uvs_worker_t* w) {
-  if (!uvs__queue_empty(&w->fifo) || w->inbox_head != &w->inbox_stub ||
-      uvs__keys_nonempty(w))
+  if (!uvs__queue_empty(&w->fifo) || w->inbox_head != &w->inbox_stub)
     return 1;
   return __atomic_load_n(&w->inbox_tail, __ATOMIC_SEQ_CST) != &w->inbox_stub;
 }
@@ -57,15 +56,15 @@ static uvs__queue_t* pop(uvs_worker_t* w, int* busy, int last) {
 
   *busy = 0;
   head = w->inbox_head;
-  next = uvs__load(&head->next);
+  next = uvs__load_acq(&head->next);
   if (head == &w->inbox_stub) {
     if (next == NULL) {
-      *busy = uvs__load(&w->inbox_tail) != head;
+      *busy = uvs__load_acq(&w->inbox_tail) != head;
       return NULL;
     }
     w->inbox_head = next;
     head = next;
-    next = uvs__load(&next->next);
+    next = uvs__load_acq(&next->next);
   }
   if (next != NULL) {
     w->inbox_head = next;
@@ -73,13 +72,13 @@ static uvs__queue_t* pop(uvs_worker_t* w, int* busy, int last) {
   }
   if (!last)
     return NULL;
-  if (uvs__load(&w->inbox_tail) != head) {
+  if (uvs__load_acq(&w->inbox_tail) != head) {
     *busy = 1;
     return NULL;
   }
   /* head is the last node: put the stub behind it so that it can go. */
   push_node(w, &w->inbox_stub);
-  next = uvs__load(&head->next);
+  next = uvs__load_acq(&head->next);
   if (next != NULL) {
     w->inbox_head = next;
     return head;
@@ -130,7 +129,7 @@ uint64_t uvs__inbox_count(uvs_worker_t* w) {
 
   /* As the consumer would see them, stopping at a link in progress. */
   count = 0;
-  for (n = w->inbox_head; n != NULL; n = uvs__load(&n->next))
+  for (n = w->inbox_head; n != NULL; n = uvs__load_acq(&n->next))
     if (n != &w->inbox_stub)
       count++;
   return count;

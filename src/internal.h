@@ -11,16 +11,7 @@
 #define uvs__container_of(ptr, type, member) \
   ((type*) ((char*) (ptr) - offsetof(type, member)))
 
-/* Atomics: the fields they touch are plain in the public header, so use the
- * compiler builtins (GCC and Clang; TSan understands them). */
-#define uvs__load(p) __atomic_load_n((p), __ATOMIC_ACQUIRE)
-#define uvs__load_relaxed(p) __atomic_load_n((p), __ATOMIC_RELAXED)
-#define uvs__store(p, v) __atomic_store_n((p), (v), __ATOMIC_RELEASE)
-#define uvs__store_relaxed(p, v) __atomic_store_n((p), (v), __ATOMIC_RELAXED)
-#define uvs__add(p, v) __atomic_fetch_add((p), (v), __ATOMIC_SEQ_CST)
-#define uvs__sub(p, v) __atomic_fetch_sub((p), (v), __ATOMIC_SEQ_CST)
-/* A counter with one writer at a time: no read-modify-write needed. */
-#define uvs__bump(p) uvs__store_relaxed((p), uvs__load_relaxed(p) + 1)
+#include "atomic.h"
 
 /* Thread-locals of the library, read once or more per task. The
  * initial-exec model makes each access one instruction instead of a call
@@ -150,7 +141,7 @@ static inline unsigned uvs__task_update(uvs_task_t* t,
 
 /* worker->state (atomic): only the producer that moves it from IDLE to
  * SCHEDULED makes the worker ready; only the loop moves it back. */
-enum { UVS__W_IDLE = 0, UVS__W_SCHEDULED = 1 };
+enum { UVS__WS_IDLE = 0, UVS__WS_SCHEDULED = 1 };
 
 /* worker->phase (under the lock) */
 enum {
@@ -161,10 +152,10 @@ enum {
 
 /* worker->flags (stores under the lock, loads anywhere) */
 enum {
-  UVS__W_CLOSING = 1,
-  UVS__W_DRAIN = 2,    /* closing with UVS_DRAIN */
-  UVS__W_BY_SCHED = 4, /* only its scheduler's close is closing it */
-  UVS__W_CB_OWED = 8   /* asked for after it closed: call close_cb */
+  UVS__WF_CLOSING = 1,
+  UVS__WF_DRAIN = 2,    /* closing with UVS_DRAIN */
+  UVS__WF_BY_SCHED = 4, /* only its scheduler's close is closing it */
+  UVS__WF_CB_OWED = 8   /* asked for after it closed: call close_cb */
 };
 
 /* worker->closed (atomic): schedules answer UV_ESHUTDOWN from OPEN on. */
@@ -175,114 +166,21 @@ enum {
 };
 
 /* sched->state (atomic) */
-enum { UVS__S_OPEN = 0, UVS__S_CLOSING = 1, UVS__S_CLOSED = 2 };
+enum { UVS__SS_OPEN = 0, UVS__SS_CLOSING = 1, UVS__SS_CLOSED = 2 };
+
+/* The latest point of a periodic task's grid at or before now, or its due
+ * time if now is before it. */
+static inline uint64_t uvs__grid_latest(const uvs_task_t* t, uint64_t now) {
+  if (now <= t->due)
+    return t->due;
+  return t->due + (now - t->due) / t->period * t->period;
+}
 
 /* Schedules and posts onto w answer UV_ESHUTDOWN: it or its scheduler is
  * closing. Any thread, no lock needed. */
 static inline int uvs__shut(uvs_sched_t* s, uvs_worker_t* w) {
-  return (uvs__load(&w->flags) & UVS__W_CLOSING) ||
-         uvs__load(&s->state) != UVS__S_OPEN;
-}
-
-/* ---- sched.c ----------------------------------------------------------- */
-int uvs__on_loop_thread(const uvs_sched_t* sched);
-/* Asks the loop thread to process the scheduler soon. Any thread, no lock
- * needed. */
-void uvs__kick(uvs_sched_t* sched);
-/* A producer moved the worker from idle to scheduled: list it as ready.
- * Lock held. */
-void uvs__worker_make_ready(uvs_worker_t* worker);
-/* Pushes a task onto a worker's inbox and makes the worker ready if it was
- * idle. A new schedule passes requeue = 0 and holds no lock; a delayed task
- * that fell due passes 1, and the caller holds the lock. */
-void uvs__worker_push(uvs_worker_t* worker, uvs_task_t* task, int requeue);
-/* Ends the library's custody of a task that is linked nowhere: the
- * hand-back stack for a task with done_cb, released otherwise. Lock held. */
-void uvs__drop(uvs_sched_t* sched, uvs_task_t* task, int status);
-/* Cancels a queued or delayed task of worker (lock held): 0, or UV_EBUSY if
- * a drain already took it. */
-int uvs__cancel_locked(uvs_sched_t* sched, uvs_task_t* task);
-/* A task due at `due` entered the wheel (lock held): asks the loop to re-arm
- * the timer if it would fire too late, once until it has. */
-void uvs__timer_needed(uvs_sched_t* sched, uint64_t due);
-
-/* ---- worker.c ---------------------------------------------------------- */
-/* Pins a worker against its close completing while a caller on another
- * thread is inside the API; returns 0 or UV_ESHUTDOWN if it is closed. */
-int uvs__worker_enter(uvs_worker_t* worker);
-void uvs__worker_leave(uvs_worker_t* worker);
-/* Pins the worker if the caller is not on its loop's thread (*pinned says
- * so; unpin with uvs__worker_leave). Returns UV_ESHUTDOWN if it is
- * closed. Never reads the scheduler. */
-int uvs__worker_pin(uvs_worker_t* worker, int* pinned);
-void uvs__worker_close_locked(uvs_worker_t* worker,
-                              uvs_close_how_t how,
-                              uvs_worker_close_cb cb);
-/* Hands back what a closing worker must not run (lock held). */
-void uvs__worker_close_sweep(uvs_worker_t* worker);
-/* Tasks accepted and not yet handed back (lock held). */
-uint64_t uvs__worker_pending(uvs_worker_t* worker);
-
-/* ---- task.c ------------------------------------------------------------ */
-int uvs__schedule(uvs_worker_t* worker,
-                  uvs_task_t* task,
-                  int delayed,
-                  uint64_t delay_ms,
-                  uint64_t period_ms,
-                  unsigned flags);
-/* For uvs_post: schedules a library-owned node onto an open worker. */
-int uvs__schedule_node(uvs_worker_t* worker, uvs_task_t* task);
-/* The task now running on this thread, and whether its run_cb scheduled it
- * again (then the run hands nothing back). */
-struct uvs__tls_s {
-  uvs_task_t* current;
-  int rescheduled;
-  int draining; /* this thread runs a drain or a loop turn */
-};
-extern UVS__TLS struct uvs__tls_s uvs__tls;
-/* Cancels in progress, process-wide (see uvs_task_cancel). */
-extern unsigned long uvs__cancels;
-
-/* ---- bound.c: bounded workers and metrics ----------------------------- */
-/* Does w count its queued tasks (a bound or metrics)? */
-static inline int uvs__counting(const uvs_worker_t* w) {
-  return w->counting;
-}
-/* A producer blocked in uvs_schedule_wait(), on w->waiters (lock). */
-typedef struct uvs__waiter_s {
-  uvs__queue_t node;
-  uv_cond_t cond;
-  int woken;
-} uvs__waiter_t;
-/* Counts a task into a counting worker: 0, or UV_EAGAIN if it is full and
- * rejects (DROP_OLDEST evicts instead, taking the lock unless `locked`). */
-int uvs__admit(uvs_worker_t* worker, int locked);
-/* A queued task was taken out other than by the drain (lock held). */
-void uvs__unqueued(uvs_worker_t* worker);
-/* Room was made in a bounded worker: owe space_cb at low_water, wake a
- * blocked producer. */
-void uvs__space_check(uvs_worker_t* worker, int locked);
-/* Wakes every blocked producer of a closing worker (lock held). */
-void uvs__wake_all(uvs_worker_t* worker);
-void uvs__hist_add(uvs_hist_t* h, uint64_t ns);
-/* worker.c: init with options (NULL = defaults). */
-int uvs__worker_init(uvs_sched_t* sched,
-                     uvs_worker_t* worker,
-                     uvs_where_t where,
-                     const uvs_worker_options_t* options);
-
-/* A task of w became ready (queued or due): with metrics, when, in us,
- * kept in its status until it starts. */
-static inline void uvs__mark_ready(const uvs_worker_t* w, uvs_task_t* t) {
-  if (w->metrics)
-    t->status = (int) (uint32_t) (uv_hrtime() / 1000);
-}
-
-/* The scheduler's clock in ms: uv_hrtime(), or the manual clock. */
-static inline uint64_t uvs__clock_ms(const uvs_sched_t* s) {
-  if (s->manual_clock)
-    return __atomic_load_n(&s->manual_now, __ATOMIC_ACQUIRE);
-  return uv_hrtime() / 1000000;
+  return (uvs__load_acq(&w->flags) & UVS__WF_CLOSING) ||
+         uvs__load_acq(&s->state) != UVS__SS_OPEN;
 }
 
 /* ---- keys.c: width > 1 and keys --------------------------------------- */
@@ -319,9 +217,181 @@ void uvs__keys_unlinked(uvs_worker_t* w, uvs_task_t* t);
 uvs_task_t* uvs__keys_take(uvs_worker_t* w);
 int uvs__keys_nonempty(uvs_worker_t* w);
 
-/* ---- post.c ------------------------------------------------------------ */
+/* ---- postpool.c: uvs_post's nodes -------------------------------------- */
+/* A node that runs fn(arg) with no done_cb, or NULL (out of memory). From
+ * the scheduler's shared list under its lock, or, on the loop thread
+ * (foreign = 0), from the loop's own list without it. */
+uvs_task_t* uvs__post_node(uvs_sched_t* sched,
+                           int foreign,
+                           void (*fn)(void* arg),
+                           void* arg);
 /* Lock held. */
 void uvs__post_release(uvs_sched_t* sched, uvs_task_t* task);
 void uvs__post_free_all(uvs_sched_t* sched);
+
+/* The files below are layered: each calls only files listed after it
+ * (and the leaves above), except that any may wake the loop with
+ * uvs__kick() (loop.c), as libuv's threadpool.c calls uv_async_send().
+ *   sched.c task.c post.c   public entry points
+ *   loop.c                  the loop thread's side: handles, process()
+ *   drain.c                 drains and loop turns: running tasks
+ *   worker.c                one worker's queue, delayed list, cancel, close
+ *   bound.c                 bounds, space_cb, blocked producers, metrics
+ *   handback.c              the end of custody: hand-back stack, deliver
+ *   keys.c postpool.c inbox.c wheel.c alloc.c    leaves
+ */
+
+/* The scheduler's clock in ms: uv_hrtime(), or the manual clock. */
+static inline uint64_t uvs__clock_ms(const uvs_sched_t* s) {
+  if (s->manual_clock)
+    return __atomic_load_n(&s->manual_now, __ATOMIC_ACQUIRE);
+  return uv_hrtime() / 1000000;
+}
+
+
+static inline int uvs__on_loop_thread(const uvs_sched_t* s) {
+  return uvs__is_thread(&s->thread);
+}
+
+/* ---- loop.c ------------------------------------------------------------ */
+/* Asks the loop thread to process the scheduler soon. Any thread, no lock
+ * needed: the one call upward from the files below. */
+void uvs__kick(uvs_sched_t* sched);
+/* uvs_sched_init's handles: init, and the first loop iteration owed. */
+int uvs__loop_init(uv_loop_t* loop, uvs_sched_t* sched);
+void uvs__loop_start(uvs_sched_t* sched);
+/* Publishes uv_now() as the scheduler's uvs_now(). Loop thread. */
+void uvs__publish_now(uvs_sched_t* sched);
+/* Moves a manual clock ms on, firing what falls due in due order. Loop
+ * thread, no lock held. */
+void uvs__advance(uvs_sched_t* sched, uint64_t ms);
+
+/* ---- drain.c ----------------------------------------------------------- */
+/* Runs a turn of a worker, or of one lane of a wide worker (lane NULL for
+ * a serial one). No lock held. */
+void uvs__drain(uvs_worker_t* worker, uvs__lane_t* lane);
+
+/* Is w closing with UVS_CANCEL? A drain asks after it took a task from its
+ * slot and before it runs it. The close stores the flag before it sweeps
+ * the slots, and a drain that found a tombstone the sweep left has seen
+ * that store, so the tasks that run are a prefix of the batch: a close
+ * never leaves a hole that a later task runs behind. */
+static inline int uvs__cancelling(uvs_worker_t* w) {
+  return (uvs__load_acq(&w->flags) & (UVS__WF_CLOSING | UVS__WF_DRAIN)) ==
+         UVS__WF_CLOSING;
+}
+
+/* ---- worker.c ---------------------------------------------------------- */
+/* Pins a worker against its close completing while a caller on another
+ * thread is inside the API; returns 0 or UV_ESHUTDOWN if it is closed. */
+int uvs__worker_enter(uvs_worker_t* worker);
+void uvs__worker_leave(uvs_worker_t* worker);
+/* Pins the worker if the caller is not on its loop's thread (*pinned says
+ * so; unpin with uvs__worker_leave). Returns UV_ESHUTDOWN if it is
+ * closed. Never reads the scheduler. */
+int uvs__worker_pin(uvs_worker_t* worker, int* pinned);
+/* Init with options (NULL = defaults), after the caller checked them. */
+int uvs__worker_init(uvs_sched_t* sched,
+                     uvs_worker_t* worker,
+                     uvs_where_t where,
+                     const uvs_worker_options_t* options);
+/* A producer moved the worker from idle to scheduled: list it as ready.
+ * Lock held. */
+void uvs__worker_make_ready(uvs_worker_t* worker);
+/* Pushes a task onto a worker's inbox and makes the worker ready if it was
+ * idle. A new schedule passes requeue = 0 and holds no lock; a delayed task
+ * that fell due passes 1, and the caller holds the lock. */
+void uvs__worker_push(uvs_worker_t* worker, uvs_task_t* task, int requeue);
+/* A delayed task enters, or leaves, the wheel and its worker's delayed
+ * list together (lock held); uvs__due() queues one that fell due. */
+void uvs__delay(uvs_worker_t* worker, uvs_task_t* task);
+void uvs__undelay(uvs_worker_t* worker, uvs_task_t* task);
+void uvs__due(uvs_worker_t* worker, uvs_task_t* task);
+/* Cancels a queued or delayed task of worker (lock held): 0, or UV_EBUSY if
+ * a drain already took it. */
+int uvs__cancel_locked(uvs_sched_t* sched, uvs_task_t* task);
+void uvs__worker_close_locked(uvs_worker_t* worker,
+                              uvs_close_how_t how,
+                              uvs_worker_close_cb cb);
+/* Hands back what a closing worker must not run (lock held). */
+void uvs__worker_close_sweep(uvs_worker_t* worker);
+/* Tasks accepted and not yet handed back (lock held). */
+uint64_t uvs__worker_pending(uvs_worker_t* worker);
+/* Lock held: is anything queued, in the inbox, the FIFO or kready? */
+static inline int uvs__worker_nonempty(uvs_worker_t* w) {
+  return uvs__inbox_nonempty(w) || uvs__keys_nonempty(w);
+}
+
+/* ---- task.c ------------------------------------------------------------ */
+/* For uvs_post: schedules a library-owned node onto an open worker. */
+int uvs__schedule_node(uvs_worker_t* worker, uvs_task_t* task);
+/* The task now running on this thread, and whether its run_cb scheduled it
+ * again (then the run hands nothing back). */
+struct uvs__tls_s {
+  uvs_task_t* current;
+  int rescheduled;
+  int draining; /* this thread runs a drain or a loop turn */
+};
+extern UVS__TLS struct uvs__tls_s uvs__tls;
+/* Cancels in progress, process-wide (see uvs_task_cancel). */
+extern unsigned long uvs__cancels;
+
+/* ---- bound.c: bounded workers and metrics ----------------------------- */
+/* Does w count its queued tasks (a bound or metrics)? */
+static inline int uvs__counting(const uvs_worker_t* w) {
+  return w->counting;
+}
+/* A producer blocked in uvs_schedule_wait(), on w->waiters (lock). */
+typedef struct uvs__waiter_s {
+  uvs__queue_t node;
+  uv_cond_t cond;
+  int woken;
+} uvs__waiter_t;
+/* Counts a task into a counting worker: 0, or UV_EAGAIN if it is full and
+ * rejects (DROP_OLDEST evicts instead, taking the lock unless `locked`). */
+int uvs__admit(uvs_worker_t* worker, int locked);
+/* A queued task was taken out other than by the drain (lock held). */
+void uvs__unqueued(uvs_worker_t* worker);
+/* Room was made in a bounded worker: owe space_cb at low_water, wake a
+ * blocked producer. */
+void uvs__space_check(uvs_worker_t* worker, int locked);
+/* Tasks queued now in a counting worker. */
+uint64_t uvs__queued_now(uvs_worker_t* worker);
+/* Blocks a producer (no lock held) until room, a close (UV_ESHUTDOWN) or
+ * the deadline (UV_ETIMEDOUT, on uv_hrtime()); 0: try again. */
+int uvs__wait_room(uvs_worker_t* worker,
+                   uvs__waiter_t* waiter,
+                   uint64_t deadline);
+/* Wakes every blocked producer of a closing worker (lock held). */
+void uvs__wake_all(uvs_worker_t* worker);
+void uvs__hist_add(uvs_hist_t* h, uint64_t ns);
+
+/* A task of w became ready (queued or due): with metrics, when, in us,
+ * kept in its status until it starts. */
+static inline void uvs__mark_ready(const uvs_worker_t* w, uvs_task_t* t) {
+  if (w->metrics)
+    t->status = (int) (uint32_t) (uv_hrtime() / 1000);
+}
+
+/* ---- handback.c -------------------------------------------------------- */
+/* Ends the library's custody of a task that is linked nowhere: the
+ * hand-back stack for a task with done_cb, released otherwise. Lock held. */
+void uvs__drop(uvs_sched_t* sched, uvs_task_t* task, int status);
+/* Moves a task with done_cb to HANDBACK; returns 0 if a run_cb of it still
+ * executes, and then the last run to end makes the hand-back. */
+int uvs__to_handback(uvs_task_t* task, int status);
+/* A run_cb that scheduled its own task again has returned (no lock held). */
+void uvs__end_run(uvs_task_t* task);
+/* Hand-backs on their way to the stack, newest first: a drain gathers
+ * those of a batch and pushes them with one CAS, in run order. */
+typedef struct {
+  uvs__queue_t* newest;
+  uvs__queue_t* oldest;
+} uvs__chain_t;
+void uvs__chain_add(uvs__chain_t* chain, uvs_task_t* task);
+void uvs__chain_push(uvs_sched_t* sched, uvs__chain_t* chain);
+/* Calls done_cb for everything handed back so far, oldest first. Loop
+ * thread. */
+void uvs__deliver(uvs_sched_t* sched);
 
 #endif /* UVSCHED_INTERNAL_H */

@@ -16,11 +16,11 @@ int uvs_task_init(uvs_task_t* t, uvs_run_cb run, uvs_done_cb done) {
   t->done_cb = done;
   uvs__queue_init(&t->node);
   uvs__queue_init(&t->tnode);
-  uvs__store(&t->worker, NULL);
+  uvs__store_rel(&t->worker, NULL);
   t->due = 0;
   t->period = 0;
   t->status = 0;
-  uvs__store(&t->state, UVS__T_IDLE);
+  uvs__store_rel(&t->state, UVS__T_IDLE);
   return 0;
 }
 
@@ -48,7 +48,7 @@ static int claim(uvs_task_t* t, unsigned* claimed, unsigned* prev) {
     uv_mutex_lock(&held->lock);
   }
   err = 0;
-  o = uvs__load(&t->state);
+  o = uvs__load_acq(&t->state);
   for (;;) {
     switch (o & UVS__T_MASK) {
       case UVS__T_IDLE:
@@ -89,7 +89,7 @@ static void unclaim(uvs_task_t* t, unsigned claimed, unsigned prev) {
   unsigned o;
   unsigned n;
 
-  o = uvs__load_relaxed(&t->state);
+  o = uvs__load_rlx(&t->state);
   do {
     n = (o & UVS__T_RUNS) | (prev & ~UVS__T_RUNS);
     if ((claimed & UVS__T_RUNS) != (prev & UVS__T_RUNS))
@@ -108,7 +108,7 @@ static void publish(uvs_task_t* t, unsigned claimed, unsigned state) {
   if (claimed & UVS__T_RUNS)
     uvs__task_update(t, ~UVS__T_RUNS, state);
   else
-    uvs__store(&t->state, state);
+    uvs__store_rel(&t->state, state);
 }
 
 
@@ -141,7 +141,7 @@ static int accept_now(uvs_worker_t* w, uvs_task_t* t, unsigned flags) {
   /* The worker (release) after the claim, the state (release) last: a cancel
    * that sees this worker sees the claim, and one that sees the state sees
    * every field (cancel()). */
-  uvs__store(&t->worker, w);
+  uvs__store_rel(&t->worker, w);
   t->period = 0;
   t->due = 0;
   t->node.prev = NULL; /* on its way to the inbox */
@@ -176,7 +176,7 @@ static int accept_later(uvs_worker_t* w,
     unclaim(t, claimed, prev);
     err = UV_ESHUTDOWN;
   } else {
-    uvs__store(&t->worker, w);
+    uvs__store_rel(&t->worker, w);
     t->period = period_ms;
     t->status = 0;
     /* Due times round up to the ms, so that due * 1e6 >= t_call + delay.
@@ -187,23 +187,21 @@ static int accept_later(uvs_worker_t* w,
       t->due = (t_call + 999999) / 1000000 + delay_ms;
     publish(t, claimed,
             (period_ms != 0 ? UVS__T_PERIODIC : 0) | UVS__T_DELAYED);
-    uvs__timers_insert(s->timers, t);
-    uvs__queue_push(&w->delayed, &t->node);
+    uvs__delay(w, t);
     w->nsched++;
-    w->ndelayed++;
-    uvs__timer_needed(s, t->due);
   }
   uv_mutex_unlock(&s->lock);
   return err;
 }
 
 
-int uvs__schedule(uvs_worker_t* w,
-                  uvs_task_t* t,
-                  int delayed,
-                  uint64_t delay_ms,
-                  uint64_t period_ms,
-                  unsigned flags) {
+/* Validates, pins and answers for a closing worker, then accepts the task
+ * now (queued) or later (delayed, or periodic with period_ms). */
+static int schedule(uvs_worker_t* w,
+                    uvs_task_t* t,
+                    int delayed,
+                    uint64_t delay_ms,
+                    uint64_t period_ms) {
   uvs_sched_t* s;
   uint64_t t_call;
   int foreign;
@@ -223,7 +221,7 @@ int uvs__schedule(uvs_worker_t* w,
   else if (delayed)
     err = accept_later(w, t, t_call, delay_ms, period_ms);
   else
-    err = accept_now(w, t, flags);
+    err = accept_now(w, t, 0);
   if (foreign)
     uvs__worker_leave(w);
   return err;
@@ -238,14 +236,14 @@ int uvs__schedule_node(uvs_worker_t* w, uvs_task_t* t) {
 
 
 int uvs_schedule(uvs_worker_t* worker, uvs_task_t* task) {
-  return uvs__schedule(worker, task, 0, 0, 0, 0);
+  return schedule(worker, task, 0, 0, 0);
 }
 
 
 int uvs_schedule_after(uvs_worker_t* worker,
                        uvs_task_t* task,
                        uint64_t delay_ms) {
-  return uvs__schedule(worker, task, 1, delay_ms, 0, 0);
+  return schedule(worker, task, 1, delay_ms, 0);
 }
 
 
@@ -257,7 +255,7 @@ int uvs_schedule_every(uvs_worker_t* worker,
     return UV_EINVAL;
   if (task != NULL && task->done_cb == NULL)
     return UV_EINVAL;
-  return uvs__schedule(worker, task, 1, delay_ms, period_ms, 0);
+  return schedule(worker, task, 1, delay_ms, period_ms);
 }
 
 
@@ -268,7 +266,7 @@ static int cancel(uvs_task_t* t) {
   int err;
 
   for (;;) {
-    st = uvs__load(&t->state);
+    st = uvs__load_acq(&t->state);
     switch (st & UVS__T_MASK) {
       case UVS__T_QUEUED:
       case UVS__T_DELAYED:
@@ -282,7 +280,7 @@ static int cancel(uvs_task_t* t) {
 
     /* The task is pending in w (or was, and has moved on): w can't finish
      * closing while this cancel runs (uvs_task_cancel). */
-    w = uvs__load(&t->worker);
+    w = uvs__load_acq(&t->worker);
     s = w->sched;
     uv_mutex_lock(&s->lock);
     /* The worker first, then the state. Seeing w as the worker after a
@@ -290,8 +288,8 @@ static int cancel(uvs_task_t* t) {
      * then CLAIMED or published to w. Seeing w before any such claim, a
      * queued state means the task is in w's custody, and a claim that takes
      * it out needs the lock held here. */
-    if (uvs__load(&t->worker) == w) {
-      st = uvs__load(&t->state);
+    if (uvs__load_acq(&t->worker) == w) {
+      st = uvs__load_acq(&t->state);
       if ((st & UVS__T_MASK) == UVS__T_QUEUED ||
           (st & UVS__T_MASK) == UVS__T_DELAYED)
         break;
@@ -320,7 +318,7 @@ int uvs_task_cancel(uvs_task_t* t) {
 
   if (t == NULL)
     return UV_EINVAL;
-  st = uvs__load(&t->state);
+  st = uvs__load_acq(&t->state);
   if ((st & UVS__T_MASK) == UVS__T_IDLE || t->done_cb == NULL)
     return UV_EINVAL;
   /* A cancel may read a task's worker just as the task is handed back and
@@ -333,4 +331,59 @@ int uvs_task_cancel(uvs_task_t* t) {
   err = cancel(t);
   __atomic_fetch_sub(&uvs__cancels, 1, __ATOMIC_SEQ_CST);
   return err;
+}
+
+
+int uvs_schedule_wait(uvs_worker_t* w, uvs_task_t* t, uint64_t timeout_ms) {
+  uvs__waiter_t waiter;
+  uint64_t deadline;
+  uint64_t now;
+  int pinned;
+  int err;
+
+  err = uvs_schedule(w, t);
+  if (err != UV_EAGAIN || w->on_full != UVS_FULL_BLOCK)
+    return err;
+  /* Never block the thread that would make room: the loop's, or a pool
+   * thread running this library's tasks. */
+  if (uvs__is_thread(&w->thread) || uvs__tls.draining)
+    return UV_EAGAIN;
+
+  now = uv_hrtime();
+  deadline = timeout_ms > (UINT64_MAX - now) / 1000000
+                 ? UINT64_MAX
+                 : now + timeout_ms * 1000000;
+  /* Pinned while it waits: a close wakes it, then waits for it to leave. */
+  if (uvs__worker_pin(w, &pinned) != 0)
+    return UV_ESHUTDOWN;
+  if (uv_cond_init(&waiter.cond) != 0) {
+    if (pinned)
+      uvs__worker_leave(w);
+    return UV_ENOMEM;
+  }
+  for (;;) {
+    err = uvs_schedule(w, t);
+    if (err != UV_EAGAIN)
+      break;
+    err = uvs__wait_room(w, &waiter, deadline);
+    if (err != 0)
+      break;
+  }
+  uv_cond_destroy(&waiter.cond);
+  if (pinned)
+    uvs__worker_leave(w);
+  return err;
+}
+
+
+int uvs_task_set_key(uvs_task_t* t, uint64_t key) {
+  unsigned st;
+
+  if (t == NULL)
+    return UV_EINVAL;
+  st = uvs__load_acq(&t->state) & UVS__T_MASK;
+  if (st != UVS__T_IDLE && st != UVS__T_FINISHED)
+    return UV_EBUSY;
+  t->key = key;
+  return 0;
 }

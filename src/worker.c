@@ -11,9 +11,9 @@ int uvs__worker_enter(uvs_worker_t* w) {
   /* Pairs with finish_closes(): it stores closed, then waits for inflight to
    * drop to zero. Both sides are seq_cst, so either we see closed or the
    * closer sees our pin. */
-  uvs__add(&w->inflight, 1);
+  uvs__add_sc(&w->inflight, 1);
   if (__atomic_load_n(&w->closed, __ATOMIC_SEQ_CST)) {
-    uvs__sub(&w->inflight, 1);
+    uvs__sub_sc(&w->inflight, 1);
     return UV_ESHUTDOWN;
   }
   return 0;
@@ -21,7 +21,7 @@ int uvs__worker_enter(uvs_worker_t* w) {
 
 
 void uvs__worker_leave(uvs_worker_t* w) {
-  uvs__sub(&w->inflight, 1);
+  uvs__sub_sc(&w->inflight, 1);
 }
 
 
@@ -33,14 +33,14 @@ int uvs__worker_pin(uvs_worker_t* w, int* pinned) {
   *pinned = !uvs__is_thread(&w->thread);
   if (*pinned)
     return uvs__worker_enter(w);
-  return uvs__load(&w->closed) ? UV_ESHUTDOWN : 0;
+  return uvs__load_acq(&w->closed) ? UV_ESHUTDOWN : 0;
 }
 
 
 uint64_t uvs__worker_pending(uvs_worker_t* w) {
   /* A task is counted in nsched before a drain can take it, so this never
    * undercounts. Tasks still in the inbox are not included. */
-  return w->nsched - uvs__load(&w->nended_run) - w->nended;
+  return w->nsched - uvs__load_acq(&w->nended_run) - w->nended;
 }
 
 
@@ -52,9 +52,9 @@ int uvs__worker_init(uvs_sched_t* s,
   int err;
 
   keys = NULL;
-  uvs__add(&s->inflight, 1);
+  uvs__add_sc(&s->inflight, 1);
   err = UV_ESHUTDOWN;
-  if (__atomic_load_n(&s->state, __ATOMIC_SEQ_CST) != UVS__S_OPEN)
+  if (__atomic_load_n(&s->state, __ATOMIC_SEQ_CST) != UVS__SS_OPEN)
     goto out;
   if (o != NULL && o->width > 1) {
     err = UV_ENOMEM;
@@ -64,7 +64,7 @@ int uvs__worker_init(uvs_sched_t* s,
     err = UV_ESHUTDOWN;
   }
   uv_mutex_lock(&s->lock);
-  if (uvs__load_relaxed(&s->state) == UVS__S_OPEN) {
+  if (uvs__load_rlx(&s->state) == UVS__SS_OPEN) {
     memset((char*) w + offsetof(uvs_worker_t, sched), 0,
            sizeof(*w) - offsetof(uvs_worker_t, sched));
     w->sched = s;
@@ -96,7 +96,7 @@ int uvs__worker_init(uvs_sched_t* s,
   }
   uv_mutex_unlock(&s->lock);
 out:
-  uvs__sub(&s->inflight, 1);
+  uvs__sub_sc(&s->inflight, 1);
   if (keys != NULL)
     uvs__free(keys);
   return err;
@@ -160,14 +160,13 @@ void uvs__worker_close_locked(uvs_worker_t* w,
                               uvs_close_how_t how,
                               uvs_worker_close_cb cb) {
   uvs_sched_t* s;
-  uvs__queue_t* q;
   uvs_task_t* t;
   uint64_t now;
 
   s = w->sched;
   /* Producers on other threads read the flags without the lock. */
   __atomic_store_n(&w->flags,
-                   w->flags | UVS__W_CLOSING | (how == UVS_DRAIN ? UVS__W_DRAIN : 0),
+                   w->flags | UVS__WF_CLOSING | (how == UVS_DRAIN ? UVS__WF_DRAIN : 0),
                    __ATOMIC_SEQ_CST);
   w->close_cb = cb;
   uvs__queue_remove(&w->list_node);
@@ -179,16 +178,13 @@ void uvs__worker_close_locked(uvs_worker_t* w,
 
   /* Delayed tasks: draining runs those already due; the rest never run. */
   now = uvs__clock_ms(s);
-  while ((q = uvs__queue_shift(&w->delayed)) != NULL) {
-    t = uvs__container_of(q, uvs_task_t, node);
-    uvs__timers_remove(s->timers, t);
-    w->ndelayed--;
+  while (!uvs__queue_empty(&w->delayed)) {
+    t = uvs__container_of(w->delayed.next, uvs_task_t, node);
+    uvs__undelay(w, t);
     if (how == UVS_DRAIN && t->due <= now) {
-      uvs__task_update(t, UVS__T_MASK, UVS__T_QUEUED);
-      if (uvs__counting(w))
-        uvs__add(&w->q_in, 1); /* a close may overfill: it runs them all */
-      uvs__mark_ready(w, t);
-      uvs__worker_push(w, t, 1);
+      if (w->counting)
+        uvs__add_sc(&w->q_in, 1); /* a close may overfill: it runs them all */
+      uvs__due(w, t);
     } else {
       uvs__drop(s, t, UV_ECANCELED);
     }
@@ -216,25 +212,25 @@ int uvs_worker_close(uvs_worker_t* w,
    * close goes on. Such a worker stays on the scheduler's closed list until
    * the scheduler's last step, which marks it FINAL and then waits out this
    * pin, so the scheduler is alive while we hold it. */
-  uvs__add(&w->inflight, 1);
+  uvs__add_sc(&w->inflight, 1);
   closed = __atomic_load_n(&w->closed, __ATOMIC_SEQ_CST);
-  flags = uvs__load(&w->flags);
+  flags = uvs__load_acq(&w->flags);
   err = UV_EINVAL;
   if (closed == UVS__C_FINAL ||
-      (closed == UVS__C_CLOSED && !(flags & UVS__W_BY_SCHED)))
+      (closed == UVS__C_CLOSED && !(flags & UVS__WF_BY_SCHED)))
     goto out;
 
   s = w->sched;
   uv_mutex_lock(&s->lock);
   flags = w->flags;
-  if (!(flags & UVS__W_CLOSING)) {
+  if (!(flags & UVS__WF_CLOSING)) {
     uvs__worker_close_locked(w, how, close_cb);
     err = 0;
-  } else if (flags & UVS__W_BY_SCHED) {
+  } else if (flags & UVS__WF_BY_SCHED) {
     /* Its scheduler's close goes on the way it began. */
-    flags &= ~UVS__W_BY_SCHED;
-    if (uvs__load_relaxed(&w->closed) == UVS__C_CLOSED && close_cb != NULL) {
-      flags |= UVS__W_CB_OWED;
+    flags &= ~UVS__WF_BY_SCHED;
+    if (uvs__load_rlx(&w->closed) == UVS__C_CLOSED && close_cb != NULL) {
+      flags |= UVS__WF_CB_OWED;
       uvs__kick(s);
     }
     w->close_cb = close_cb;
@@ -245,4 +241,223 @@ int uvs_worker_close(uvs_worker_t* w,
 out:
   uvs__worker_leave(w);
   return err;
+}
+
+
+
+static uvs__queue_t* ready_list(uvs_worker_t* w) {
+  return w->where == UVS_POOL ? &w->sched->ready : &w->sched->loop_ready;
+}
+
+
+void uvs__worker_make_ready(uvs_worker_t* w) {
+  w->phase = UVS__P_READY;
+  uvs__queue_push(ready_list(w), &w->ready_node);
+  uvs__kick(w->sched);
+}
+
+
+void uvs__worker_push(uvs_worker_t* w, uvs_task_t* t, int requeue) {
+  unsigned idle;
+
+  /* A delayed task that fell due was counted when it was accepted; it is
+   * counted again when it leaves the inbox, and the stats count the inbox
+   * meanwhile. */
+  if (requeue) {
+    w->nsched--;
+    t->node.prev = NULL; /* see uvs__inbox_push */
+  }
+  uvs__inbox_push(w, t);
+  /* The other half is turn_ended(): it stores IDLE, then looks at the
+   * inbox. Either it sees this task or this load sees IDLE. */
+  if (__atomic_load_n(&w->state, __ATOMIC_SEQ_CST) != UVS__WS_IDLE)
+    return;
+  idle = UVS__WS_IDLE;
+  if (!__atomic_compare_exchange_n(&w->state, &idle, UVS__WS_SCHEDULED, 0,
+                                   __ATOMIC_SEQ_CST, __ATOMIC_RELAXED))
+    return;
+  if (!requeue)
+    uv_mutex_lock(&w->sched->lock);
+  uvs__worker_make_ready(w);
+  if (!requeue)
+    uv_mutex_unlock(&w->sched->lock);
+}
+
+
+static uvs_task_t** batch_slot_of(const uvs_task_t* t) {
+  uintptr_t p;
+
+  p = (uintptr_t) t->node.prev;
+  return (p & 1) ? (uvs_task_t**) (p & ~(uintptr_t) 1) : NULL;
+}
+
+
+int uvs__cancel_locked(uvs_sched_t* s, uvs_task_t* t) {
+  uvs_task_t** slot;
+  uvs_task_t* expected;
+
+  if ((uvs__load_rlx(&t->state) & UVS__T_MASK) == UVS__T_DELAYED) {
+    /* The timer may stay armed for it: it fires, finds nothing due and
+     * re-arms, which is cheaper than re-arming on every cancel. */
+    uvs__undelay(t->worker, t);
+    uvs__drop(s, t, UV_ECANCELED);
+    return 0;
+  }
+
+  /* Queued: after the flush it is in the FIFO, or in a drain's batch with
+   * its slot tagged in node.prev; prev is NULL while a producer that has
+   * published the task is still pushing it, a few instructions away. */
+  for (;;) {
+    uvs__inbox_flush(t->worker);
+    if (t->node.prev != NULL)
+      break;
+    sched_yield();
+  }
+  slot = batch_slot_of(t);
+  if (slot == NULL) {
+    uvs__queue_remove(&t->node);
+  } else {
+    expected = t;
+    if (!__atomic_compare_exchange_n(slot, &expected, UVS__SLOT_TOMB, 0,
+                                     __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+      return UV_EBUSY; /* the drain took it: running */
+  }
+  if (t->worker->keys != NULL)
+    uvs__keys_unlinked(t->worker, t);
+  uvs__unqueued(t->worker);
+  uvs__drop(s, t, UV_ECANCELED);
+  return 0;
+}
+
+
+static void timer_needed(uvs_sched_t* s, uint64_t due) {
+  if (due < s->timer_due && due < s->timer_asked) {
+    s->timer_asked = due;
+    uvs__kick(s);
+  }
+}
+
+
+void uvs__delay(uvs_worker_t* w, uvs_task_t* t) {
+  uvs__timers_insert(w->sched->timers, t);
+  uvs__queue_push(&w->delayed, &t->node);
+  w->ndelayed++;
+  timer_needed(w->sched, t->due);
+}
+
+
+void uvs__undelay(uvs_worker_t* w, uvs_task_t* t) {
+  /* The wheel has let go of a task that fell due already: its link is
+   * unlinked, and removing it again changes nothing. */
+  uvs__timers_remove(w->sched->timers, t);
+  uvs__queue_remove(&t->node);
+  w->ndelayed--;
+}
+
+
+void uvs__due(uvs_worker_t* w, uvs_task_t* t) {
+  uvs__task_update(t, UVS__T_MASK, UVS__T_QUEUED);
+  uvs__mark_ready(w, t);
+  uvs__worker_push(w, t, 1);
+}
+
+
+int uvs_worker_init_ex(uvs_sched_t* s,
+                       uvs_worker_t* w,
+                       uvs_where_t where,
+                       const uvs_worker_options_t* o) {
+  if (o == NULL)
+    return uvs_worker_init(s, w, where);
+  if (s == NULL || w == NULL || (where != UVS_POOL && where != UVS_LOOP))
+    return UV_EINVAL;
+  if (o->width > 1 && where != UVS_POOL)
+    return UV_EINVAL;
+  if (o->on_full != UVS_FULL_REJECT && o->on_full != UVS_FULL_BLOCK &&
+      o->on_full != UVS_FULL_DROP_OLDEST)
+    return UV_EINVAL;
+  if (o->max_pending != 0 && o->low_water >= o->max_pending)
+    return UV_EINVAL;
+  return uvs__worker_init(s, w, where, o);
+}
+
+
+static uint64_t load64(const uint64_t* p) {
+  return __atomic_load_n(p, __ATOMIC_RELAXED);
+}
+
+
+static void hist_copy(uvs_hist_t* out, const uvs_hist_t* h) {
+  unsigned k;
+
+  out->count = load64(&h->count);
+  out->sum_ns = load64(&h->sum_ns);
+  out->max_ns = load64(&h->max_ns);
+  for (k = 0; k < 24; k++)
+    out->bucket[k] = load64(&h->bucket[k]);
+}
+
+
+/* A worker that doesn't count its tasks (no bound, no metrics) keeps no
+ * running count either: its drains are running while they hold a batch,
+ * which is so all through a run_cb. Lock held. */
+static uint64_t batches_running(uvs_worker_t* w) {
+  uint64_t n;
+  unsigned i;
+
+  if (w->keys == NULL)
+    return w->batch != NULL;
+  n = 0;
+  for (i = 0; i < w->width; i++)
+    n += uvs__keys_lane(w, i)->batch != NULL;
+  return n;
+}
+
+
+int uvs_worker_metrics(const uvs_worker_t* worker, uvs_worker_metrics_t* out) {
+  uvs_worker_t* w;
+  uvs_sched_t* s;
+  uint64_t inbox;
+  uint64_t pending;
+  uint64_t other;
+  int open;
+
+  if (worker == NULL || out == NULL)
+    return UV_EINVAL;
+  w = (uvs_worker_t*) worker;
+  memset(out, 0, sizeof(*out));
+  /* A closed worker's scheduler may be gone: read what the worker holds,
+   * which nobody writes any more. */
+  open = uvs__worker_enter(w) == 0;
+  s = open ? w->sched : NULL;
+  if (s != NULL)
+    uv_mutex_lock(&s->lock);
+  inbox = open ? uvs__inbox_count(w) : 0;
+  out->scheduled = w->nsched + inbox;
+  out->ran = load64(&w->nran);
+  out->dropped = w->ndropped;
+  out->cancelled = w->ncancelled - w->ndropped;
+  out->rejected = load64(&w->nrejected);
+  out->delayed = w->ndelayed;
+  if (w->counting)
+    out->running = __atomic_load_n(&w->running, __ATOMIC_RELAXED);
+  else if (open)
+    out->running = batches_running(w);
+  if (uvs__counting(w)) {
+    out->queued = uvs__queued_now(w);
+  } else if (open) {
+    /* Derived: what is pending and neither delayed nor running. */
+    pending = uvs__worker_pending(w) + inbox;
+    other = out->delayed + out->running;
+    out->queued = pending > other ? pending - other : 0;
+  }
+  out->queued_max = load64(&w->queued_max);
+  if (out->queued_max < out->queued)
+    out->queued_max = out->queued;
+  if (s != NULL) {
+    uv_mutex_unlock(&s->lock);
+    uvs__worker_leave(w);
+  }
+  hist_copy(&out->wait, &w->hist_wait);
+  hist_copy(&out->run, &w->hist_run);
+  return 0;
 }

@@ -170,8 +170,9 @@ static inline void test_close_cb_counter(uvs_sched_t* sched) {
     ASSERT_OK(uv_loop_close(loop));                                    \
   } while (0)
 
-/* Declared by src/internal.h when built with UVS_INTERNAL_TESTING; repeated
- * here so that tests depend on nothing else internal. */
+/* The allocator's test hooks (src/alloc.c), which the shared library hides
+ * and the static uvsched_internal exports; declared again here so that
+ * tests depend on nothing else internal. */
 void uvs__alloc_fail_after(long n);
 unsigned long uvs__alloc_count(void);
 

@@ -518,7 +518,12 @@ static void op_worker(input_t* in) {
                          worker_close_cb);
   if (!(a & 12))
     CHECK_RC(err, UV_EINVAL);
-  else if (sl->state != W_OPEN)
+  else if (sl->state == W_SCLOSING) {
+    /* Only its scheduler's close is closing it: the close goes on the
+     * scheduler's way, and this callback comes before the scheduler's. */
+    CHECK_RC(err, 0);
+    sl->state = W_CLOSING;
+  } else if (sl->state != W_OPEN)
     CHECK_RC(err, UV_EINVAL);
   else {
     CHECK_RC(err, 0);

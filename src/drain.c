@@ -1,0 +1,469 @@
+/* Drains: a pool drain (one uv_queue_work item) or a loop turn runs the
+ * ready tasks of one worker, or of one lane of a wide worker, a batch of
+ * slots at a time, within its budget or time slice.
+ *
+ * A drain takes the scheduler's lock once per batch to move tasks from the
+ * queue into slots of its thread, then runs them without it; each slot is
+ * claimed with one exchange, so a cancel or close can swap a waiting task
+ * for a tombstone instead. Hand-backs of a batch go to handback.c in one
+ * push, in run order.
+ */
+
+#include "internal.h"
+
+#include <sched.h>
+
+/* With the default budget a drain or loop turn yields after a time slice
+ * rather than a count: a round trip through the loop to post the next drain
+ * costs about as much as thousands of small tasks, and a loop turn of a few
+ * dozen tasks makes a backlog of small ones wait for many loop iterations.
+ * No task starts once the slice has passed, so long tasks get one per turn.
+ * Batches of slots still start small and double, which bounds how many
+ * tasks a drain moves out of the queue that it may have to put back. */
+#define UVS__SLICE_NS 1000000
+#define UVS__FIRST_BATCH 8
+
+/* The slice is checked before every task but the first, so the check has
+ * to cost less than an empty task. uv_hrtime() costs 25-50 ns on the VMs
+ * measured; the CPU's tick counter costs a third of that. The counter only
+ * says when to look at the real clock: the slice ends by uv_hrtime(). Its
+ * rate is learnt once per process, from two readings of both clocks at
+ * least UVS__CALIBRATE_NS apart; until then, and where there is no such
+ * counter, every check reads uv_hrtime(). */
+#define UVS__CALIBRATE_NS 20000000
+
+static inline uint64_t ticks(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  return __builtin_ia32_rdtsc();
+#elif defined(__aarch64__)
+  uint64_t v;
+
+  __asm__ __volatile__("mrs %0, cntvct_el0" : "=r"(v));
+  return v;
+#else
+  return 0;
+#endif
+}
+
+static struct {
+  uint64_t hr0;   /* atomic: 0 until the first reading */
+  uint64_t tick0; /* atomic: stored before hr0 is published */
+  uint64_t per_ms; /* atomic: ticks per ms; 0 = not known */
+} calib;
+
+
+/* Learns the tick rate from the first reading and one taken later. Any
+ * thread; two threads racing store the same kind of value. */
+static void calibrate(uint64_t now_ns) {
+  uint64_t hr0;
+  uint64_t t0;
+  uint64_t t;
+  uint64_t rate;
+
+#if !defined(__x86_64__) && !defined(__i386__) && !defined(__aarch64__)
+  (void) now_ns;
+  return;
+#endif
+  t = ticks();
+  hr0 = uvs__load_acq(&calib.hr0);
+  if (hr0 == 0) {
+    uint64_t zero = 0;
+    /* The first to get here takes the first reading; a thread racing it
+     * may pair its own tick with the winner's time, a few us off. */
+    uvs__store_rlx(&calib.tick0, t);
+    __atomic_compare_exchange_n(&calib.hr0, &zero, now_ns, 0,
+                                __ATOMIC_RELEASE, __ATOMIC_RELAXED);
+    return;
+  }
+  t0 = uvs__load_rlx(&calib.tick0);
+  if (now_ns - hr0 < UVS__CALIBRATE_NS || t <= t0)
+    return;
+  rate = (t - t0) / ((now_ns - hr0) / 1000000);
+  /* A counter slower than 10 MHz or faster than 100 GHz is not one to
+   * trust; keep reading the real clock. */
+  if (rate < 10000 || rate > 100000000)
+    return;
+  uvs__store_rlx(&calib.per_ms, rate);
+}
+
+
+typedef struct {
+  uint64_t end_ns;   /* 0: no slice, the budget counts tasks */
+  uint64_t end_tick; /* look at the real clock from this tick on */
+  uint64_t per_ms;
+} slice_t;
+
+
+static void slice_start(slice_t* sl) {
+  uint64_t now;
+
+  now = uv_hrtime();
+  sl->end_ns = now + UVS__SLICE_NS;
+  sl->per_ms = uvs__load_rlx(&calib.per_ms);
+  if (sl->per_ms == 0) {
+    calibrate(now);
+    sl->end_tick = 0;
+  } else {
+    sl->end_tick = ticks() + sl->per_ms;
+  }
+}
+
+
+/* Has the slice passed? */
+static int slice_over(slice_t* sl) {
+  uint64_t now;
+
+  if (sl->per_ms != 0 && ticks() < sl->end_tick)
+    return 0;
+  now = uv_hrtime();
+  if (now >= sl->end_ns)
+    return 1;
+  if (sl->per_ms != 0)
+    sl->end_tick = ticks() + (sl->end_ns - now) * sl->per_ms / 1000000;
+  return 0;
+}
+
+
+/* A drain's batch lives in its thread, so no worker pays for one. */
+static UVS__TLS uvs_task_t* batch_slots[UVS__BATCH];
+
+
+/* A periodic run stands for every grid point passed by the time it starts,
+ * however long it waited in the queue or the loop was blocked. */
+static void coalesce(uvs_task_t* t) {
+  uint64_t now;
+
+  now = uvs__clock_ms(t->worker->sched);
+  t->due = uvs__grid_latest(t, now);
+}
+
+
+/* After a periodic run (lock held): back on its grid, or handed back. */
+static void finish_periodic(uvs_sched_t* s, uvs_worker_t* w, uvs_task_t* t) {
+  uint64_t now;
+  uint64_t next;
+
+  if ((uvs__load_rlx(&t->state) & UVS__T_CANCELLED) ||
+      (w->flags & UVS__WF_CLOSING)) {
+    uvs__drop(s, t, UV_ECANCELED);
+    return;
+  }
+  /* Fixed rate: the next grid point, or, if the run overran it, the latest
+   * grid point passed, which stands for all those missed meanwhile. */
+  now = uvs__clock_ms(s);
+  next = t->due + t->period;
+  if (next <= now)
+    next = uvs__grid_latest(t, now);
+  t->due = next;
+  uvs__task_update(t, UVS__T_MASK, UVS__T_DELAYED);
+  uvs__delay(w, t);
+}
+
+
+/* Runs one task a drain took from its batch. No lock held. */
+static inline __attribute__((always_inline)) void run_one(uvs_sched_t* s,
+                    uvs_worker_t* w,
+                    uvs_task_t* t,
+                    uvs__queue_t* posts,
+                    uvs__chain_t* done) {
+  unsigned st;
+  int rescheduled;
+
+  st = uvs__load_acq(&t->state);
+  if (t->done_cb == NULL) {
+    /* Custody ends as run_cb is entered: count it now and never touch the
+     * task again (a post node is ours: it is recycled after the run). */
+    uvs__bump(&w->nran);
+    uvs__bump(&w->nended_run);
+    if (!(st & UVS__T_POST))
+      uvs__store_rel(&t->state, UVS__T_FINISHED);
+    uvs__tls.current = t;
+    uvs__tls.rescheduled = 0;
+    t->run_cb(t);
+    uvs__tls.current = NULL;
+    if (st & UVS__T_POST)
+      uvs__queue_push(posts, &t->node);
+    return;
+  }
+
+  if (st & UVS__T_PERIODIC)
+    coalesce(t);
+  uvs__tls.current = t;
+  uvs__tls.rescheduled = 0;
+  t->run_cb(t);
+  rescheduled = uvs__tls.rescheduled;
+  uvs__tls.current = NULL;
+  uvs__bump(&w->nran);
+
+  if (rescheduled) {
+    /* The task is in a new custody already; this one ends unhanded. */
+    uvs__bump(&w->nended_run);
+    uvs__end_run(t);
+  } else if (st & UVS__T_PERIODIC) {
+    uv_mutex_lock(&s->lock);
+    finish_periodic(s, w, t);
+    uv_mutex_unlock(&s->lock);
+  } else if (uvs__to_handback(t, 0)) {
+    uvs__bump(&w->nended_run);
+    uvs__chain_add(done, t);
+  }
+}
+
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ __volatile__("yield");
+#endif
+}
+
+
+/* linger_us: a pool drain that found its queue empty polls the inbox's tail
+ * for up to linger_us before it gives its thread back, so that a task
+ * scheduled meanwhile starts without a round trip through the loop and a
+ * thread wake. Lock held on entry and exit, not while polling. Returns 1 if
+ * work arrived, 0 if the time ran out or the worker or its scheduler began
+ * closing. Producers see the worker SCHEDULED all along and just push. */
+static int linger(uvs_sched_t* s, uvs_worker_t* w) {
+  uvs__queue_t* tail;
+  uint64_t end;
+  unsigned polls;
+  int arrived;
+
+  /* A push caught between its two steps shows as an empty batch with the
+   * tail moved: it will link in a moment, no need to wait for another. */
+  if (uvs__inbox_nonempty(w))
+    return 1;
+  tail = uvs__load_rlx(&w->inbox_tail);
+  uv_mutex_unlock(&s->lock);
+  end = uv_hrtime() + (uint64_t) s->linger_us * 1000;
+  arrived = 0;
+  for (polls = 1;; polls++) {
+    if (__atomic_load_n(&w->inbox_tail, __ATOMIC_ACQUIRE) != tail) {
+      arrived = 1;
+      break;
+    }
+    if (uvs__shut(s, w))
+      break;
+    /* The clock costs more than a poll: look at it every 64 polls, and
+     * let a thread that waits for this core (the loop's, say) run. */
+    if (polls % 64 == 0) {
+      if (uv_hrtime() >= end)
+        break;
+      sched_yield();
+    }
+    cpu_relax();
+  }
+  uv_mutex_lock(&s->lock);
+  return arrived;
+}
+
+
+/* run_one() for a worker that counts its queued tasks (bounded, or with
+ * metrics): one out of the queue, room for a producer, and with metrics
+ * the wait since it became ready and the run's length. */
+static void run_counted(uvs_sched_t* s,
+                        uvs_worker_t* w,
+                        uvs_task_t* t,
+                        uvs__queue_t* posts,
+                        uvs__chain_t* done) {
+  uint64_t start;
+  uint32_t ready;
+
+  /* seq_cst, against a producer that marks the worker full (bound.c). */
+  if (w->keys == NULL)
+    __atomic_store_n(&w->q_out_run, uvs__load_rlx(&w->q_out_run) + 1,
+                     __ATOMIC_SEQ_CST);
+  else
+    uvs__add_sc(&w->q_out_run, 1);
+  if (w->max_pending != 0)
+    uvs__space_check(w, 0);
+  __atomic_fetch_add(&w->running, 1, __ATOMIC_RELAXED);
+  if (!w->metrics) {
+    run_one(s, w, t, posts, done);
+  } else {
+    start = uv_hrtime();
+    ready = (uint32_t) t->status;
+    uvs__hist_add(&w->hist_wait,
+                  (uint64_t) (uint32_t) ((uint32_t) (start / 1000) - ready) *
+                      1000);
+    run_one(s, w, t, posts, done);
+    uvs__hist_add(&w->hist_run, uv_hrtime() - start);
+  }
+  __atomic_fetch_sub(&w->running, 1, __ATOMIC_RELAXED);
+}
+
+
+/* A drain that stops before the end of its batch (its slice passed) puts
+ * the tasks it did not start back at the head of the queue, in order. Lock
+ * held: a cancel can't be swapping one of these slots meanwhile. */
+static void put_back(uvs_worker_t* w,
+                     uvs_task_t** slots,
+                     unsigned from,
+                     unsigned n) {
+  uvs_task_t* t;
+
+  while (n-- > from) {
+    t = __atomic_exchange_n(&slots[n], UVS__SLOT_TAKEN, __ATOMIC_ACQUIRE);
+    if (t == UVS__SLOT_TOMB)
+      continue;
+    if (w->keys != NULL)
+      uvs__keys_unpick(w, t);
+    else
+      uvs__queue_unshift(&w->fifo, &t->node);
+  }
+}
+
+
+/* Fills a batch of slots (lock held): from the queue of a serial worker,
+ * or, for a lane of a wide one, from the tasks its keys let start. */
+static unsigned fill(uvs_worker_t* w,
+                     uvs__lane_t* lane,
+                     uvs_task_t** slots,
+                     unsigned max) {
+  uvs_task_t* t;
+  unsigned n;
+
+  if (lane != NULL)
+    uvs__keys_intake(w);
+  for (n = 0; n < max; n++) {
+    if (lane != NULL)
+      t = uvs__keys_pick(w, &lane->kent[n]);
+    else
+      t = uvs__inbox_take(w, n == 0);
+    if (t == NULL)
+      break;
+    __atomic_store_n(&slots[n], t, __ATOMIC_RELAXED);
+    t->node.prev = (uvs__queue_t*) ((uintptr_t) &slots[n] | 1);
+  }
+  /* More than this lane can start: ask for another, up to the width. */
+  if (lane != NULL && !uvs__queue_empty(&w->kready) &&
+      w->lanes_active < w->width && w->phase != UVS__P_READY)
+    uvs__worker_make_ready(w);
+  return n;
+}
+
+
+/* Runs up to budget tasks of a worker, a batch at a time; lane is NULL
+ * for a serial worker. No lock held on entry or exit. */
+void uvs__drain(uvs_worker_t* w, uvs__lane_t* lane) {
+  uvs_sched_t* s;
+  uvs_task_t** slots;
+  uvs_task_t*** batch;
+  unsigned* batch_len;
+  uvs_task_t* t;
+  uvs__queue_t posts;
+  uvs__queue_t* q;
+  uvs__chain_t done;
+  slice_t sl;
+  unsigned batch_max;
+  unsigned budget;
+  unsigned ran;
+  unsigned max;
+  unsigned n;
+  unsigned i;
+  int check;
+  int over;
+
+  s = w->sched;
+  slots = batch_slots;
+  batch = lane != NULL ? &lane->batch : &w->batch;
+  batch_len = lane != NULL ? &lane->batch_len : &w->batch_len;
+  budget = s->budget;
+  sl.end_ns = 0;
+  sl.end_tick = 0;
+  sl.per_ms = 0;
+  batch_max = UVS__BATCH;
+  if (budget == 0) {
+    budget = UINT32_MAX;
+    slice_start(&sl);
+    batch_max = UVS__FIRST_BATCH;
+  }
+  ran = 0;
+  check = 0;
+  over = 0;
+  uvs__tls.draining = 1;
+  done.newest = NULL;
+  done.oldest = NULL;
+  uvs__queue_init(&posts);
+  uv_mutex_lock(&s->lock);
+  for (;;) {
+    while ((q = uvs__queue_shift(&posts)) != NULL)
+      uvs__post_release(s, uvs__container_of(q, uvs_task_t, node));
+    if (ran >= budget || over)
+      break;
+    if ((w->flags & UVS__WF_CLOSING) && !(w->flags & UVS__WF_DRAIN)) {
+      uvs__worker_close_sweep(w); /* late arrivals don't run */
+      break;
+    }
+
+    max = budget - ran < batch_max ? budget - ran : batch_max;
+    n = fill(w, lane, slots, max);
+    if (n == 0) {
+      if (lane == NULL && s->linger_us != 0 && w->where == UVS_POOL &&
+          linger(s, w))
+        continue;
+      break;
+    }
+    *batch = slots;
+    *batch_len = n;
+    uv_mutex_unlock(&s->lock);
+
+    for (i = 0; i < n; i++) {
+      /* No task starts once the slice has passed. */
+      if (check && slice_over(&sl)) {
+        over = 1;
+        break;
+      }
+      t = __atomic_exchange_n(&slots[i], UVS__SLOT_TAKEN, __ATOMIC_ACQ_REL);
+      if (t == UVS__SLOT_TOMB) {
+        if (lane != NULL)
+          lane->kent[i] = NULL; /* the cancel released its key */
+        continue;
+      }
+      if (uvs__cancelling(w)) {
+        uv_mutex_lock(&s->lock);
+        if (lane != NULL && lane->kent[i] != NULL) {
+          uvs__keys_release(w, lane->kent[i]);
+          lane->kent[i] = NULL;
+        }
+        uvs__unqueued(w);
+        uvs__drop(s, t, UV_ECANCELED);
+        uv_mutex_unlock(&s->lock);
+        continue;
+      }
+      if (w->counting)
+        run_counted(s, w, t, &posts, &done);
+      else
+        run_one(s, w, t, &posts, &done);
+      check = sl.end_ns != 0;
+    }
+    /* The batch's hand-backs in one go, in the order the tasks ran, before
+     * the keys let the next task of each start. */
+    uvs__chain_push(s, &done);
+    ran += i;
+    /* The real clock once a batch as well: the tick counter of another
+     * core may run behind this one's. */
+    if (sl.end_ns != 0 && !over) {
+      if (uv_hrtime() >= sl.end_ns)
+        over = 1;
+      else if (batch_max < UVS__BATCH)
+        batch_max *= 2;
+    }
+
+    uv_mutex_lock(&s->lock);
+    if (i < n)
+      put_back(w, slots, i, n);
+    if (lane != NULL) {
+      while (i-- > 0) {
+        if (lane->kent[i] != NULL)
+          uvs__keys_release(w, lane->kent[i]);
+      }
+    }
+    *batch = NULL;
+    *batch_len = 0;
+  }
+  uv_mutex_unlock(&s->lock);
+  uvs__tls.draining = 0;
+}

@@ -1,0 +1,532 @@
+/* The loop thread's side of a scheduler: its libuv handles, process()
+ * (timers, drains posted, loop turns, hand-backs delivered, closes), and
+ * the one way other threads reach it, uvs__kick().
+ *
+ * Only the loop thread acts on libuv (uv_queue_work, uv_timer_*, uv_idle_*,
+ * uv_ref, uv_close). The lock (sched->lock) guards the ready lists, the
+ * timer wheel, each worker's FIFO and batch bookkeeping, and closes.
+ */
+
+#include "internal.h"
+
+#include <sched.h>
+#include <stdlib.h>
+
+enum {
+  UVS__SF_KICKED = 1,         /* the loop thread kicked since process() began */
+  UVS__SF_HANDLES_CLOSING = 2 /* uv_close() called on our handles */
+};
+
+/* What a call of process() does besides the common work. */
+enum { FIRE_TIMERS = 1, LOOP_TURN = 2 };
+
+
+
+static void process(uvs_sched_t* s, int what);
+
+
+void uvs__publish_now(uvs_sched_t* s) {
+  uint64_t now;
+
+  /* Only the loop thread stores, so a plain max keeps it monotonic. */
+  now = uv_now(s->loop);
+  if (now > uvs__load_rlx(&s->now))
+    uvs__store_rel(&s->now, now);
+}
+
+
+static void idle_cb(uv_idle_t* handle) {
+  process(uvs__container_of(handle, uvs_sched_t, idle), LOOP_TURN);
+}
+
+
+static void timer_cb(uv_timer_t* handle) {
+  process(uvs__container_of(handle, uvs_sched_t, timer), FIRE_TIMERS);
+}
+
+
+static void async_cb(uv_async_t* handle) {
+  uvs_sched_t* s;
+
+  s = uvs__container_of(handle, uvs_sched_t, async);
+  if (__atomic_exchange_n(&s->async_sent, 0, __ATOMIC_ACQ_REL)) {
+    uv_mutex_lock(&s->lock);
+    s->stats.wakeups++;
+    uv_mutex_unlock(&s->lock);
+  }
+  process(s, 0);
+}
+
+
+void uvs__kick(uvs_sched_t* s) {
+  if (uvs__on_loop_thread(s)) {
+    s->flags |= UVS__SF_KICKED;
+    uv_idle_start(&s->idle, idle_cb);
+    return;
+  }
+  /* Whoever kicks holds something that keeps the async handle open: a pin
+   * on a worker that can't finish closing, or a drain in flight. */
+  if (!__atomic_exchange_n(&s->async_sent, 1, __ATOMIC_ACQ_REL))
+    uv_async_send(&s->async);
+}
+
+
+/* A drain or loop turn ended (loop thread, lock held): idle, or ready again
+ * at the tail of its list so that ready workers take turns. */
+static void turn_ended(uvs_worker_t* w) {
+  unsigned idle;
+
+  if ((w->flags & UVS__WF_CLOSING) && !(w->flags & UVS__WF_DRAIN))
+    uvs__worker_close_sweep(w);
+  w->phase = UVS__P_IDLE;
+  if (!uvs__worker_nonempty(w)) {
+    /* The other half of uvs__worker_push()'s hand-off. */
+    __atomic_store_n(&w->state, UVS__WS_IDLE, __ATOMIC_SEQ_CST);
+    if (!uvs__worker_nonempty(w))
+      return;
+    idle = UVS__WS_IDLE;
+    if (!__atomic_compare_exchange_n(&w->state, &idle, UVS__WS_SCHEDULED, 0,
+                                     __ATOMIC_SEQ_CST, __ATOMIC_RELAXED))
+      return; /* a producer took it and makes it ready */
+  }
+  uvs__worker_make_ready(w);
+}
+
+
+/* A delayed task fell due: it joins the tail of its worker's queue. */
+static void fire(void* ctx, uvs_task_t* t) {
+  uvs_worker_t* w;
+  uvs_sched_t* s;
+  uint64_t now;
+
+  (void) ctx;
+  w = t->worker;
+  s = w->sched;
+  uvs__undelay(w, t);
+  if (w->counting && uvs__admit(w, 1) != 0) {
+    /* Full, and the worker rejects: a periodic task skips this grid
+     * point, a one-shot is handed back. */
+    if (uvs__load_rlx(&t->state) & UVS__T_PERIODIC) {
+      now = uvs__clock_ms(s);
+      t->due = uvs__grid_latest(t, now) + t->period;
+      uvs__delay(w, t);
+    } else {
+      w->ndropped++;
+      uvs__drop(s, t, UV_ENOBUFS);
+    }
+    return;
+  }
+  uvs__due(w, t);
+}
+
+
+/* Moves due delayed tasks to their workers' queues. Lock held. */
+static void fire_timers(uvs_sched_t* s) {
+  /* uv_timer may fire up to a ms early, and the loop's cached time lags:
+   * compare with the real clock. */
+  if (!s->manual_clock)
+    uvs__timers_expire(s->timers, uvs__clock_ms(s), fire, NULL);
+}
+
+
+static void rearm_timer(uvs_sched_t* s) {
+  uint64_t due;
+  uint64_t loop_now;
+  uint64_t timeout;
+
+  s->timer_asked = UINT64_MAX;
+  /* A manual clock moves only with uvs_clock_advance(). */
+  due = s->manual_clock ? UINT64_MAX : uvs__timers_next(s->timers);
+  if (due == UINT64_MAX) {
+    uv_timer_stop(&s->timer);
+    s->timer_due = UINT64_MAX;
+    return;
+  }
+  if (uv_is_active((uv_handle_t*) &s->timer) && s->timer_due == due)
+    return;
+  /* libuv measures the timeout from its cached time. What is due already
+   * fires at the next timer phase; otherwise at least 1 ms, so that a clock
+   * that lags the real one can't make us spin. */
+  loop_now = uv_now(s->loop);
+  if (due <= uvs__clock_ms(s))
+    timeout = 0;
+  else if (due > loop_now)
+    timeout = due - loop_now;
+  else
+    timeout = 1;
+  s->timer_due = due;
+  uv_timer_start(&s->timer, timer_cb, timeout, 0);
+}
+
+
+static void drain_work(uv_work_t* req) {
+  uvs__drain(uvs__container_of(req, uvs_worker_t, work), NULL);
+}
+
+
+static void lane_work(uv_work_t* req) {
+  uvs__lane_t* lane;
+
+  lane = uvs__container_of(req, uvs__lane_t, work);
+  uvs__drain(lane->w, lane);
+}
+
+
+static void drain_work_done(uv_work_t* req, int status) {
+  uvs_worker_t* w;
+  uvs_sched_t* s;
+
+  (void) status; /* never cancelled with uv_cancel */
+  w = uvs__container_of(req, uvs_worker_t, work);
+  s = w->sched;
+  uv_mutex_lock(&s->lock);
+  s->drains--;
+  turn_ended(w);
+  uv_mutex_unlock(&s->lock);
+  process(s, 0);
+}
+
+
+/* A lane of a wide worker ended (loop thread). The last one to end does
+ * what turn_ended() does for a serial worker; until then, work the other
+ * lanes leave asks for a lane of its own. */
+static void lane_work_done(uv_work_t* req, int status) {
+  uvs__lane_t* lane;
+  uvs_worker_t* w;
+  uvs_sched_t* s;
+
+  (void) status;
+  lane = uvs__container_of(req, uvs__lane_t, work);
+  w = lane->w;
+  s = w->sched;
+  uv_mutex_lock(&s->lock);
+  s->drains--;
+  lane->active = 0;
+  w->lanes_active--;
+  if (w->phase != UVS__P_READY) {
+    if (w->lanes_active == 0)
+      turn_ended(w);
+    else if (!uvs__queue_empty(&w->kready) ||
+             (uvs__worker_nonempty(w) && !uvs__cancelling(w)))
+      uvs__worker_make_ready(w);
+  }
+  uv_mutex_unlock(&s->lock);
+  process(s, 0);
+}
+
+
+/* Posts one more lane of a wide worker, if it has one free. */
+static void post_lane(uvs_sched_t* s, uvs_worker_t* w) {
+  uvs__lane_t* lane;
+  unsigned i;
+
+  lane = NULL;
+  for (i = 0; i < w->width && lane == NULL; i++) {
+    if (!uvs__keys_lane(w, i)->active)
+      lane = uvs__keys_lane(w, i);
+  }
+  if (lane == NULL)
+    return;
+  lane->active = 1;
+  w->lanes_active++;
+  s->drains++;
+  s->stats.drains++;
+  if (uv_queue_work(s->loop, &lane->work, lane_work, lane_work_done) != 0)
+    abort();
+}
+
+
+static int slot_free(const uvs_sched_t* s) {
+  return s->max_concurrency == 0 || s->drains < s->max_concurrency;
+}
+
+
+/* Posts drains for ready pool workers, oldest first. Lock held. */
+static void dispatch(uvs_sched_t* s) {
+  uvs__queue_t* q;
+  uvs_worker_t* w;
+
+  while (slot_free(s) && (q = uvs__queue_shift(&s->ready)) != NULL) {
+    w = uvs__container_of(q, uvs_worker_t, ready_node);
+    w->phase = UVS__P_POSTED;
+    if (w->keys != NULL) {
+      post_lane(s, w);
+      continue;
+    }
+    s->drains++;
+    s->stats.drains++;
+    if (uv_queue_work(s->loop, &w->work, drain_work, drain_work_done) != 0)
+      abort(); /* only fails for a NULL work_cb */
+  }
+}
+
+
+static void run_loop_workers(uvs_sched_t* s) {
+  uvs__queue_t turn;
+  uvs__queue_t* q;
+  uvs_worker_t* w;
+
+  /* Each worker ready now gets one turn of at most budget tasks; work that
+   * arrives meanwhile waits for the next loop iteration, so I/O runs. */
+  uvs__queue_init(&turn);
+  uv_mutex_lock(&s->lock);
+  uvs__queue_move(&s->loop_ready, &turn);
+  while ((q = uvs__queue_shift(&turn)) != NULL) {
+    w = uvs__container_of(q, uvs_worker_t, ready_node);
+    w->phase = UVS__P_POSTED;
+    uv_mutex_unlock(&s->lock);
+    uvs__drain(w, NULL);
+    uv_mutex_lock(&s->lock);
+    turn_ended(w);
+  }
+  uv_mutex_unlock(&s->lock);
+}
+
+
+static void wait_for_callers(unsigned* inflight) {
+  /* A caller that pinned the object before it was marked closed is between
+   * two atomics and a short critical section; let it get out. */
+  while (__atomic_load_n(inflight, __ATOMIC_SEQ_CST) != 0)
+    sched_yield();
+}
+
+
+/* Calls a worker's close callback, if any, once. Lock held on entry and
+ * exit, not during the call. */
+static void call_close_cb(uvs_sched_t* s, uvs_worker_t* w) {
+  uvs_worker_close_cb cb;
+
+  cb = w->close_cb;
+  w->close_cb = NULL;
+  __atomic_store_n(&w->flags, w->flags & ~UVS__WF_CB_OWED, __ATOMIC_RELAXED);
+  if (cb == NULL)
+    return;
+  uv_mutex_unlock(&s->lock);
+  cb(w);
+  uv_mutex_lock(&s->lock);
+}
+
+
+static void handle_closed(uv_handle_t* handle) {
+  uvs_sched_t* s;
+  uvs_sched_close_cb cb;
+  uvs__queue_t* q;
+  uvs_worker_t* w;
+
+  if (handle->type == UV_ASYNC)
+    s = uvs__container_of(handle, uvs_sched_t, async);
+  else if (handle->type == UV_TIMER)
+    s = uvs__container_of(handle, uvs_sched_t, timer);
+  else
+    s = uvs__container_of(handle, uvs_sched_t, idle);
+  if (--s->handles != 0)
+    return;
+
+  cb = s->close_cb;
+  __atomic_store_n(&s->state, UVS__SS_CLOSED, __ATOMIC_SEQ_CST);
+  wait_for_callers(&s->inflight);
+  /* The last callbacks a closed worker may be asked for: mark each FINAL,
+   * then wait out a uvs_worker_close() that got in before. */
+  while ((q = uvs__queue_shift(&s->closed)) != NULL) {
+    w = uvs__container_of(q, uvs_worker_t, list_node);
+    __atomic_store_n(&w->closed, UVS__C_FINAL, __ATOMIC_SEQ_CST);
+    wait_for_callers(&w->inflight);
+    uv_mutex_lock(&s->lock);
+    call_close_cb(s, w);
+    uv_mutex_unlock(&s->lock);
+  }
+  uv_mutex_destroy(&s->lock);
+  if (cb != NULL)
+    cb(s);
+}
+
+
+static int closable(uvs_worker_t* w) {
+  return w->phase == UVS__P_IDLE && w->lanes_active == 0 &&
+         !uvs__worker_nonempty(w) &&
+         uvs__worker_pending(w) == 0;
+}
+
+
+/* Completes the closes that can complete. Returns 1 when the scheduler has
+ * begun closing its handles: then the caller must not touch them. Lock not
+ * held on entry or exit. */
+static int finish_closes(uvs_sched_t* s) {
+  uvs__queue_t* q;
+  uvs_worker_t* w;
+
+  uv_mutex_lock(&s->lock);
+  for (;;) {
+    /* A worker closes after the done_cb of its last task: deliver first. */
+    if (uvs__load_acq(&s->done_top) != NULL) {
+      uv_mutex_unlock(&s->lock);
+      return 0;
+    }
+    w = NULL;
+    for (q = s->closing.next; q != &s->closing; q = q->next) {
+      w = uvs__container_of(q, uvs_worker_t, list_node);
+      if (closable(w))
+        break;
+      w = NULL;
+    }
+    if (w == NULL)
+      break;
+
+    if (!uvs__load_rlx(&w->closed)) {
+      /* Callers on other threads that got in before the close may still
+       * push: shut the door, wait for them, then look again. */
+      __atomic_store_n(&w->closed, UVS__C_CLOSED, __ATOMIC_SEQ_CST);
+      uv_mutex_unlock(&s->lock);
+      wait_for_callers(&w->inflight);
+      /* And for cancels that may have read this worker from a task. */
+      while (__atomic_fetch_or(&uvs__cancels, 0, __ATOMIC_SEQ_CST) != 0)
+        sched_yield();
+      uv_mutex_lock(&s->lock);
+      if (!(w->flags & UVS__WF_DRAIN))
+        uvs__worker_close_sweep(w);
+      continue;
+    }
+
+    uvs__queue_remove(&w->list_node);
+    /* While the scheduler closes, a closed worker that has no callback may
+     * still be asked for one (uvs_worker_close): keep it in reach until
+     * the end. One whose callback is called is the user's from then on. */
+    if (uvs__load_rlx(&s->state) != UVS__SS_OPEN && w->close_cb == NULL)
+      uvs__queue_push(&s->closed, &w->list_node);
+    s->stats.scheduled += w->nsched;
+    s->stats.ran += uvs__load_acq(&w->nran);
+    s->stats.cancelled += w->ncancelled;
+    uvs__keys_free(w);
+    call_close_cb(s, w);
+  }
+  /* Callbacks asked for after their worker closed. */
+  for (q = s->closed.next; q != &s->closed; q = q->next) {
+    w = uvs__container_of(q, uvs_worker_t, list_node);
+    if (w->flags & UVS__WF_CB_OWED) {
+      uvs__queue_remove(&w->list_node);
+      call_close_cb(s, w);
+      q = &s->closed; /* the list may have changed meanwhile */
+    }
+  }
+
+  if (uvs__load_rlx(&s->state) != UVS__SS_CLOSING ||
+      (s->flags & UVS__SF_HANDLES_CLOSING) || !uvs__queue_empty(&s->workers) ||
+      !uvs__queue_empty(&s->closing) || s->drains != 0) {
+    uv_mutex_unlock(&s->lock);
+    return 0;
+  }
+  s->flags |= UVS__SF_HANDLES_CLOSING;
+  uv_mutex_unlock(&s->lock);
+
+  uvs__post_free_all(s);
+  uvs__timers_free(s->timers);
+  s->timers = NULL;
+  uv_close((uv_handle_t*) &s->async, handle_closed);
+  uv_close((uv_handle_t*) &s->timer, handle_closed);
+  uv_close((uv_handle_t*) &s->idle, handle_closed);
+  return 1;
+}
+
+
+/* Bounded workers that were full and fell to low_water: space_cb. */
+static void call_space_cbs(uvs_sched_t* s) {
+  uvs__queue_t* q;
+  uvs_worker_t* w;
+
+  if (uvs__queue_empty(&s->space))
+    return; /* a loop-thread-only peek; kicks bring us back */
+  uv_mutex_lock(&s->lock);
+  while ((q = uvs__queue_shift(&s->space)) != NULL) {
+    w = uvs__container_of(q, uvs_worker_t, space_node);
+    w->space_owed = 0;
+    uv_mutex_unlock(&s->lock);
+    w->space_cb(w);
+    uv_mutex_lock(&s->lock);
+  }
+  uv_mutex_unlock(&s->lock);
+}
+
+
+static void process(uvs_sched_t* s, int what) {
+  int more;
+
+  uvs__publish_now(s);
+  s->flags &= ~UVS__SF_KICKED;
+  uv_mutex_lock(&s->lock);
+  if (what & FIRE_TIMERS)
+    fire_timers(s);
+  dispatch(s);
+  uv_mutex_unlock(&s->lock);
+
+  if (what & LOOP_TURN)
+    run_loop_workers(s);
+  uvs__deliver(s);
+  call_space_cbs(s);
+  if (finish_closes(s))
+    return;
+
+  uv_mutex_lock(&s->lock);
+  dispatch(s); /* for work that done callbacks just scheduled */
+  rearm_timer(s);
+  more = (s->flags & UVS__SF_KICKED) || !uvs__queue_empty(&s->loop_ready) ||
+         uvs__load_acq(&s->done_top) != NULL ||
+         (!uvs__queue_empty(&s->ready) && slot_free(s));
+  uv_mutex_unlock(&s->lock);
+
+  if (more)
+    uv_idle_start(&s->idle, idle_cb);
+  else
+    uv_idle_stop(&s->idle);
+  /* Pending work keeps the loop alive through its own handles and requests
+   * (timer, idle, uv_work); the async handle only keeps it alive on request
+   * or while closing. */
+  if (s->keep_alive || uvs__load_rlx(&s->state) == UVS__SS_CLOSING)
+    uv_ref((uv_handle_t*) &s->async);
+  else
+    uv_unref((uv_handle_t*) &s->async);
+}
+
+
+int uvs__loop_init(uv_loop_t* loop, uvs_sched_t* s) {
+  int err;
+
+  /* The async handle is the only init that can fail; the others can't, so
+   * nothing needs closing on the error path. */
+  err = uv_async_init(loop, &s->async, async_cb);
+  if (err != 0)
+    return err;
+  uv_timer_init(loop, &s->timer);
+  uv_idle_init(loop, &s->idle);
+  return 0;
+}
+
+
+void uvs__loop_start(uvs_sched_t* s) {
+  /* One loop iteration is owed to the scheduler: it picks up work that
+   * other threads scheduled before uv_run() started, which the async handle
+   * alone (unreferenced while idle) would not keep the loop alive for. */
+  if (!s->keep_alive)
+    uv_unref((uv_handle_t*) &s->async);
+  uv_idle_start(&s->idle, idle_cb);
+}
+
+
+void uvs__advance(uvs_sched_t* s, uint64_t ms) {
+  uint64_t target;
+  uint64_t next;
+
+  uv_mutex_lock(&s->lock);
+  target = uvs__load_rlx(&s->manual_now) + ms;
+  /* Step to each time something is due (or the wheel must cascade), so
+   * that tasks fire in due order and periodic ones see the clock of their
+   * own grid point, as if the time had passed. */
+  while ((next = uvs__timers_next(s->timers)) <= target) {
+    if (next > uvs__load_rlx(&s->manual_now))
+      uvs__store_rel(&s->manual_now, next);
+    uvs__timers_expire(s->timers, uvs__load_rlx(&s->manual_now), fire,
+                       NULL);
+  }
+  uvs__store_rel(&s->manual_now, target);
+  uvs__kick(s);
+  uv_mutex_unlock(&s->lock);
+}
