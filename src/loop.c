@@ -348,58 +348,58 @@ static int closable(uvs_worker_t* w) {
 }
 
 
-/* Completes the closes that can complete. Returns 1 when the scheduler has
- * begun closing its handles: then the caller must not touch them. Lock not
- * held on entry or exit. */
-static int finish_closes(uvs_sched_t* s) {
+/* A closing worker whose close can complete now, or NULL. Lock held. */
+static uvs_worker_t* next_closable(uvs_sched_t* s) {
   uvs__queue_t* q;
   uvs_worker_t* w;
 
-  uv_mutex_lock(&s->lock);
-  for (;;) {
-    /* A worker closes after the done_cb of its last task: deliver first. */
-    if (uvs__load_acq(&s->done_top) != NULL) {
-      uv_mutex_unlock(&s->lock);
-      return 0;
-    }
-    w = NULL;
-    for (q = s->closing.next; q != &s->closing; q = q->next) {
-      w = uvs__container_of(q, uvs_worker_t, list_node);
-      if (closable(w))
-        break;
-      w = NULL;
-    }
-    if (w == NULL)
-      break;
-
-    if (!uvs__load_rlx(&w->closed)) {
-      /* Callers on other threads that got in before the close may still
-       * push: shut the door, wait for them, then look again. */
-      __atomic_store_n(&w->closed, UVS__C_CLOSED, __ATOMIC_SEQ_CST);
-      uv_mutex_unlock(&s->lock);
-      wait_for_callers(&w->inflight);
-      /* And for cancels that may have read this worker from a task. */
-      while (__atomic_fetch_or(&uvs__cancels, 0, __ATOMIC_SEQ_CST) != 0)
-        sched_yield();
-      uv_mutex_lock(&s->lock);
-      if (!(w->flags & UVS__WF_DRAIN))
-        uvs__worker_close_sweep(w);
-      continue;
-    }
-
-    uvs__queue_remove(&w->list_node);
-    /* While the scheduler closes, a closed worker that has no callback may
-     * still be asked for one (uvs_worker_close): keep it in reach until
-     * the end. One whose callback is called is the user's from then on. */
-    if (uvs__load_rlx(&s->state) != UVS__SS_OPEN && w->close_cb == NULL)
-      uvs__queue_push(&s->closed, &w->list_node);
-    s->stats.scheduled += w->nsched;
-    s->stats.ran += uvs__load_acq(&w->nran);
-    s->stats.cancelled += w->ncancelled;
-    uvs__keys_free(w);
-    call_close_cb(s, w);
+  for (q = s->closing.next; q != &s->closing; q = q->next) {
+    w = uvs__container_of(q, uvs_worker_t, list_node);
+    if (closable(w))
+      return w;
   }
-  /* Callbacks asked for after their worker closed. */
+  return NULL;
+}
+
+
+/* Callers on other threads that got in before the close may still push:
+ * shut the door, wait for them, then sweep what they left. Lock held on
+ * entry and exit, not while waiting. */
+static void shut_door(uvs_sched_t* s, uvs_worker_t* w) {
+  __atomic_store_n(&w->closed, UVS__C_CLOSED, __ATOMIC_SEQ_CST);
+  uv_mutex_unlock(&s->lock);
+  wait_for_callers(&w->inflight);
+  /* And for cancels that may have read this worker from a task. */
+  while (__atomic_fetch_or(&uvs__cancels, 0, __ATOMIC_SEQ_CST) != 0)
+    sched_yield();
+  uv_mutex_lock(&s->lock);
+  if (!(w->flags & UVS__WF_DRAIN))
+    uvs__worker_close_sweep(w);
+}
+
+
+/* A worker's close completes: its totals go to the scheduler's, and its
+ * callback, if any, is called. Lock held. */
+static void complete_worker(uvs_sched_t* s, uvs_worker_t* w) {
+  uvs__queue_remove(&w->list_node);
+  /* While the scheduler closes, a closed worker that has no callback may
+   * still be asked for one (uvs_worker_close): keep it in reach until the
+   * end. One whose callback is called is the user's from then on. */
+  if (uvs__load_rlx(&s->state) != UVS__SS_OPEN && w->close_cb == NULL)
+    uvs__queue_push(&s->closed, &w->list_node);
+  s->stats.scheduled += w->nsched;
+  s->stats.ran += uvs__load_acq(&w->nran);
+  s->stats.cancelled += w->ncancelled;
+  uvs__keys_free(w);
+  call_close_cb(s, w);
+}
+
+
+/* Callbacks asked for after their worker closed. Lock held. */
+static void call_owed_cbs(uvs_sched_t* s) {
+  uvs__queue_t* q;
+  uvs_worker_t* w;
+
   for (q = s->closed.next; q != &s->closed; q = q->next) {
     w = uvs__container_of(q, uvs_worker_t, list_node);
     if (w->flags & UVS__WF_CB_OWED) {
@@ -408,7 +408,13 @@ static int finish_closes(uvs_sched_t* s) {
       q = &s->closed; /* the list may have changed meanwhile */
     }
   }
+}
 
+
+/* A closing scheduler with nothing left closes its handles; the last
+ * handle's callback finishes (handle_closed). Returns 1 if it did. Lock
+ * held on entry, not on exit. */
+static int close_handles(uvs_sched_t* s) {
   if (uvs__load_rlx(&s->state) != UVS__SS_CLOSING ||
       (s->flags & UVS__SF_HANDLES_CLOSING) || !uvs__queue_empty(&s->workers) ||
       !uvs__queue_empty(&s->closing) || s->drains != 0) {
@@ -425,6 +431,32 @@ static int finish_closes(uvs_sched_t* s) {
   uv_close((uv_handle_t*) &s->timer, handle_closed);
   uv_close((uv_handle_t*) &s->idle, handle_closed);
   return 1;
+}
+
+
+/* Completes the closes that can complete. Returns 1 when the scheduler has
+ * begun closing its handles: then the caller must not touch them. Lock not
+ * held on entry or exit. */
+static int finish_closes(uvs_sched_t* s) {
+  uvs_worker_t* w;
+
+  uv_mutex_lock(&s->lock);
+  for (;;) {
+    /* A worker closes after the done_cb of its last task: deliver first. */
+    if (uvs__load_acq(&s->done_top) != NULL) {
+      uv_mutex_unlock(&s->lock);
+      return 0;
+    }
+    w = next_closable(s);
+    if (w == NULL)
+      break;
+    if (!uvs__load_rlx(&w->closed))
+      shut_door(s, w); /* then look again */
+    else
+      complete_worker(s, w);
+  }
+  call_owed_cbs(s);
+  return close_handles(s);
 }
 
 
