@@ -214,6 +214,19 @@ TEST_DECLARE(space_cb_not_if_never_full)
 TEST_DECLARE(space_cb_each_episode)
 TEST_DECLARE(space_cb_not_after_close_drain)
 TEST_DECLARE(space_cb_not_after_close_cancel)
+/* test-metrics.c */
+TEST_DECLARE(metrics_null_einval)
+TEST_DECLARE(metrics_counters)
+TEST_DECLARE(metrics_plain_worker_counters)
+TEST_DECLARE(metrics_close_counts_cancelled)
+TEST_DECLARE(metrics_running_pool)
+TEST_DECLARE(metrics_running_loop)
+TEST_DECLARE(metrics_histograms_pool)
+TEST_DECLARE(metrics_histograms_loop)
+TEST_DECLARE(metrics_histograms_off_zero)
+TEST_DECLARE(metrics_any_thread)
+TEST_DECLARE(metrics_after_close)
+TEST_DECLARE(metrics_after_sched_close)
 
 /* clang-format off */
 static const test_entry_t TESTS[] = {
@@ -402,6 +415,18 @@ static const test_entry_t TESTS[] = {
   TEST_ENTRY(space_cb_each_episode)
   TEST_ENTRY(space_cb_not_after_close_drain)
   TEST_ENTRY(space_cb_not_after_close_cancel)
+  TEST_ENTRY(metrics_null_einval)
+  TEST_ENTRY(metrics_counters)
+  TEST_ENTRY(metrics_plain_worker_counters)
+  TEST_ENTRY(metrics_close_counts_cancelled)
+  TEST_ENTRY(metrics_running_pool)
+  TEST_ENTRY(metrics_running_loop)
+  TEST_ENTRY(metrics_histograms_pool)
+  TEST_ENTRY(metrics_histograms_loop)
+  TEST_ENTRY(metrics_histograms_off_zero)
+  TEST_ENTRY(metrics_any_thread)
+  TEST_ENTRY(metrics_after_close)
+  TEST_ENTRY(metrics_after_sched_close)
   {NULL, NULL}
 };
 /* clang-format on */
