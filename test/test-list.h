@@ -227,6 +227,16 @@ TEST_DECLARE(metrics_histograms_off_zero)
 TEST_DECLARE(metrics_any_thread)
 TEST_DECLARE(metrics_after_close)
 TEST_DECLARE(metrics_after_sched_close)
+/* test-clock.c */
+TEST_DECLARE(clock_stands_still)
+TEST_DECLARE(clock_delay_needs_advance_loop)
+TEST_DECLARE(clock_delay_needs_advance_pool)
+TEST_DECLARE(clock_advance_due_order)
+TEST_DECLARE(clock_periodic_steps_loop)
+TEST_DECLARE(clock_periodic_steps_pool)
+TEST_DECLARE(clock_huge_advance_coalesces)
+TEST_DECLARE(clock_advance_errors)
+TEST_DECLARE(clock_advance_day_10k_periodic)
 
 /* clang-format off */
 static const test_entry_t TESTS[] = {
@@ -427,6 +437,15 @@ static const test_entry_t TESTS[] = {
   TEST_ENTRY(metrics_any_thread)
   TEST_ENTRY(metrics_after_close)
   TEST_ENTRY(metrics_after_sched_close)
+  TEST_ENTRY(clock_stands_still)
+  TEST_ENTRY(clock_delay_needs_advance_loop)
+  TEST_ENTRY(clock_delay_needs_advance_pool)
+  TEST_ENTRY(clock_advance_due_order)
+  TEST_ENTRY(clock_periodic_steps_loop)
+  TEST_ENTRY(clock_periodic_steps_pool)
+  TEST_ENTRY(clock_huge_advance_coalesces)
+  TEST_ENTRY(clock_advance_errors)
+  TEST_ENTRY(clock_advance_day_10k_periodic)
   {NULL, NULL}
 };
 /* clang-format on */
