@@ -237,6 +237,19 @@ TEST_DECLARE(clock_periodic_steps_pool)
 TEST_DECLARE(clock_huge_advance_coalesces)
 TEST_DECLARE(clock_advance_errors)
 TEST_DECLARE(clock_advance_day_10k_periodic)
+/* test-keys.c */
+TEST_DECLARE(keys_set_key_null)
+TEST_DECLARE(keys_set_key_busy)
+TEST_DECLARE(keys_serial_fifo_pool)
+TEST_DECLARE(keys_serial_fifo_pool_width1)
+TEST_DECLARE(keys_serial_fifo_loop)
+TEST_DECLARE(keys_width_runs_n_at_once)
+TEST_DECLARE(keys_width_distinct_keys_at_once)
+TEST_DECLARE(keys_width_at_most_n_fifo_start)
+TEST_DECLARE(keys_width_same_key_ordered)
+TEST_DECLARE(keys_width_one_key_serial)
+TEST_DECLARE(keys_width_foreign_producers)
+TEST_DECLARE(keys_width_idle_keys_cost_nothing)
 
 /* clang-format off */
 static const test_entry_t TESTS[] = {
@@ -446,6 +459,18 @@ static const test_entry_t TESTS[] = {
   TEST_ENTRY(clock_huge_advance_coalesces)
   TEST_ENTRY(clock_advance_errors)
   TEST_ENTRY(clock_advance_day_10k_periodic)
+  TEST_ENTRY(keys_set_key_null)
+  TEST_ENTRY(keys_set_key_busy)
+  TEST_ENTRY(keys_serial_fifo_pool)
+  TEST_ENTRY(keys_serial_fifo_pool_width1)
+  TEST_ENTRY(keys_serial_fifo_loop)
+  TEST_ENTRY(keys_width_runs_n_at_once)
+  TEST_ENTRY(keys_width_distinct_keys_at_once)
+  TEST_ENTRY(keys_width_at_most_n_fifo_start)
+  TEST_ENTRY(keys_width_same_key_ordered)
+  TEST_ENTRY(keys_width_one_key_serial)
+  TEST_ENTRY(keys_width_foreign_producers)
+  TEST_ENTRY(keys_width_idle_keys_cost_nothing)
   {NULL, NULL}
 };
 /* clang-format on */
