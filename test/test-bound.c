@@ -1150,3 +1150,193 @@ TEST_IMPL(space_cb_not_after_close_cancel) {
   space_not_after_close(UVS_CANCEL);
   return 0;
 }
+
+
+/* A DROP_OLDEST eviction takes a task out and puts one in, as one step:
+ * queued never falls, so it must not count as the worker draining to
+ * low_water. Here low_water = max_pending - 1, the blocker holds the worker
+ * full, and two evictions happen; space_cb must wait for the real drain. */
+static uv_timer_t space_timer;
+
+static void space_check_timer_cb(uv_timer_t* handle) {
+  ASSERT_EQ(space_calls, 0);
+  uv_sem_post(&release);
+  uv_close((uv_handle_t*) handle, NULL);
+}
+
+
+static void evict_started(void) {
+  ASSERT_OK(uvs_schedule(&worker, &items[0].task));
+  ASSERT_OK(uvs_schedule(&worker, &items[1].task)); /* full */
+  ASSERT_OK(uvs_schedule(&worker, &items[2].task)); /* evicts 0 */
+  ASSERT_OK(uvs_schedule(&worker, &items[3].task)); /* evicts 1 */
+  ASSERT_OK(uv_timer_init(&loop, &space_timer));
+  ASSERT_OK(uv_timer_start(&space_timer, space_check_timer_cb, 50, 0));
+}
+
+
+TEST_IMPL(space_cb_not_on_eviction) {
+  setup(evict_started);
+  bounded(UVS_POOL, 2, UVS_FULL_DROP_OLDEST, 1, space_cb);
+  init_items(4);
+  ASSERT_OK(uvs_schedule(&worker, &blocker.task));
+  ASSERT_OK(uv_run(&loop, UV_RUN_DEFAULT));
+  ASSERT_ERR(items[0].status, UV_ENOBUFS);
+  ASSERT_ERR(items[1].status, UV_ENOBUFS);
+  ASSERT_OK(items[2].status);
+  ASSERT_OK(items[3].status);
+  ASSERT_EQ(space_calls, 1);
+  teardown();
+  return 0;
+}
+
+
+/* Foreign producers against a small bounded pool worker, for TSan: every
+ * accepted task is handed back exactly once (run, or with DROP_OLDEST
+ * evicted with UV_ENOBUFS), a rejected one never; what runs of each
+ * producer runs in its order; the bound holds; the counters agree. */
+#define BP_PRODUCERS 3
+#define BP_PER 400
+
+typedef struct {
+  uvs_task_t task;
+  int producer;
+  int seq;
+  int status;
+  int done_calls;
+  int accepted;
+} bp_item_t;
+
+static bp_item_t bp_items[BP_PRODUCERS][BP_PER];
+static int bp_last_run[BP_PRODUCERS];
+static int bp_done;
+static int bp_enobufs;
+static int bp_ran_done;
+static atomic_int bp_accepted;
+static atomic_int bp_rejected;
+static atomic_int bp_producers_left;
+static uv_async_t bp_async;
+
+static void bp_maybe_finish(void) {
+  if (atomic_load(&bp_producers_left) == 0 &&
+      bp_done == atomic_load(&bp_accepted)) {
+    uv_close((uv_handle_t*) &bp_async, NULL);
+    ASSERT_OK(uvs_worker_close(&worker, UVS_CANCEL, worker_close_cb));
+  }
+}
+
+
+static void bp_run(uvs_task_t* task) {
+  bp_item_t* it;
+
+  it = TEST_CONTAINER_OF(task, bp_item_t, task);
+  /* Plain: one at a time (guarantee 2). */
+  ASSERT_LT(bp_last_run[it->producer], it->seq);
+  bp_last_run[it->producer] = it->seq;
+  if (it->seq % 16 == 0)
+    test_spin_us(30);
+}
+
+
+static void bp_done_cb(uvs_task_t* task, int status) {
+  bp_item_t* it;
+
+  ASSERT(test_on_thread(loop_thread));
+  it = TEST_CONTAINER_OF(task, bp_item_t, task);
+  it->done_calls++;
+  ASSERT_EQ(it->done_calls, 1);
+  it->status = status;
+  if (status == UV_ENOBUFS)
+    bp_enobufs++;
+  else {
+    ASSERT_OK(status);
+    bp_ran_done++;
+  }
+  bp_done++;
+  bp_maybe_finish();
+}
+
+
+static void bp_async_cb(uv_async_t* handle) {
+  (void) handle;
+  bp_maybe_finish();
+}
+
+
+static void bp_producer(void* arg) {
+  bp_item_t* it;
+  int p;
+  int i;
+  int err;
+
+  p = (int) (intptr_t) arg;
+  for (i = 0; i < BP_PER; i++) {
+    it = &bp_items[p][i];
+    err = uvs_schedule(&worker, &it->task);
+    if (err == 0) {
+      it->accepted = 1;
+      atomic_fetch_add(&bp_accepted, 1);
+    } else {
+      ASSERT_ERR(err, UV_EAGAIN);
+      atomic_fetch_add(&bp_rejected, 1);
+    }
+  }
+  atomic_fetch_sub(&bp_producers_left, 1);
+  uv_async_send(&bp_async);
+}
+
+
+static void bounded_producers(uvs_full_t policy) {
+  uv_thread_t threads[BP_PRODUCERS];
+  uvs_worker_metrics_t m;
+  int p;
+  int i;
+
+  setup(NULL);
+  bounded(UVS_POOL, 8, policy, 2, NULL);
+  ASSERT_OK(uv_async_init(&loop, &bp_async, bp_async_cb));
+  atomic_store(&bp_producers_left, BP_PRODUCERS);
+  for (p = 0; p < BP_PRODUCERS; p++) {
+    bp_last_run[p] = -1;
+    for (i = 0; i < BP_PER; i++) {
+      bp_items[p][i].producer = p;
+      bp_items[p][i].seq = i;
+      ASSERT_OK(uvs_task_init(&bp_items[p][i].task, bp_run, bp_done_cb));
+    }
+  }
+  for (p = 0; p < BP_PRODUCERS; p++)
+    ASSERT_OK(
+        uv_thread_create(&threads[p], bp_producer, (void*) (intptr_t) p));
+  ASSERT_OK(uv_run(&loop, UV_RUN_DEFAULT));
+  for (p = 0; p < BP_PRODUCERS; p++) ASSERT_OK(uv_thread_join(&threads[p]));
+  ASSERT_EQ(close_calls, 1);
+  ASSERT_EQ(atomic_load(&bp_accepted) + atomic_load(&bp_rejected),
+            BP_PRODUCERS * BP_PER);
+  ASSERT_EQ(bp_done, atomic_load(&bp_accepted));
+  for (p = 0; p < BP_PRODUCERS; p++)
+    for (i = 0; i < BP_PER; i++)
+      ASSERT_EQ(bp_items[p][i].done_calls, bp_items[p][i].accepted);
+  get_metrics(&m);
+  ASSERT_UINT64_LE(m.queued_max, 8);
+  ASSERT_UINT64_EQ(m.ran, bp_ran_done);
+  ASSERT_UINT64_EQ(m.rejected, atomic_load(&bp_rejected));
+  ASSERT_UINT64_EQ(m.dropped, bp_enobufs);
+  ASSERT_UINT64_EQ(m.scheduled, atomic_load(&bp_accepted));
+  if (policy == UVS_FULL_DROP_OLDEST)
+    ASSERT_EQ(atomic_load(&bp_rejected), 0);
+  else
+    ASSERT_EQ(bp_enobufs, 0);
+  teardown();
+}
+
+
+TEST_IMPL(bound_reject_producers) {
+  bounded_producers(UVS_FULL_REJECT);
+  return 0;
+}
+
+
+TEST_IMPL(bound_drop_oldest_producers) {
+  bounded_producers(UVS_FULL_DROP_OLDEST);
+  return 0;
+}
