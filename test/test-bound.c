@@ -1340,3 +1340,105 @@ TEST_IMPL(bound_drop_oldest_producers) {
   bounded_producers(UVS_FULL_DROP_OLDEST);
   return 0;
 }
+
+
+/* A scheduler close wakes the blocked producers of its workers too. */
+static void sched_close_timer_cb(uv_timer_t* handle) {
+  ASSERT_OK(uvs_sched_close(&sched, UVS_CANCEL, NULL));
+  uv_sem_post(&release);
+  uv_close((uv_handle_t*) handle, NULL);
+}
+
+
+static void sched_shutdown_started(void) {
+  int i;
+
+  ASSERT_OK(uvs_schedule(&worker, &items[0].task)); /* full */
+  for (i = 0; i < NWAITERS; i++)
+    ASSERT_OK(
+        uv_thread_create(&waiters[i], shutdown_waiter, (void*) (intptr_t) i));
+  for (i = 0; i < NWAITERS; i++) uv_sem_wait(&waiting);
+  ASSERT_OK(uv_timer_init(&loop, &close_timer));
+  ASSERT_OK(uv_timer_start(&close_timer, sched_close_timer_cb, 50, 0));
+}
+
+
+TEST_IMPL(bound_block_sched_close_wakes_all) {
+  int i;
+
+  ASSERT_OK(uv_sem_init(&waiting, 0));
+  setup(sched_shutdown_started);
+  bounded(UVS_POOL, 1, UVS_FULL_BLOCK, 0, NULL);
+  init_items(1 + NWAITERS);
+  ASSERT_OK(uvs_schedule(&worker, &blocker.task));
+  ASSERT_OK(uv_run(&loop, UV_RUN_DEFAULT));
+  for (i = 0; i < NWAITERS; i++) {
+    ASSERT_OK(uv_thread_join(&waiters[i]));
+    ASSERT_ERR(atomic_load(&waiter_err[i]), UV_ESHUTDOWN);
+    ASSERT_UINT64_LT(atomic_load(&waiter_ms[i]), 5000);
+    ASSERT_EQ(items[1 + i].done_calls, 0);
+  }
+  ASSERT_OK(uv_loop_close(&loop));
+  uv_sem_destroy(&started);
+  uv_sem_destroy(&release);
+  uv_sem_destroy(&waiting);
+  return 0;
+}
+
+
+/* timeout_ms 0 on a full BLOCK worker: UV_ETIMEDOUT at once, and on a full
+ * REJECT worker uvs_schedule_wait does not block: UV_EAGAIN at once. */
+static atomic_int zero_err;
+static atomic_int reject_wait_err;
+
+static void zero_waiter(void* arg) {
+  (void) arg;
+  atomic_store(&zero_err, uvs_schedule_wait(&worker, &items[1].task, 0));
+}
+
+
+TEST_IMPL(bound_block_wait_zero_timeout) {
+  uv_thread_t thread;
+  uint64_t t0;
+
+  setup(NULL);
+  bounded(UVS_LOOP, 1, UVS_FULL_BLOCK, 0, NULL);
+  init_items(2);
+  ASSERT_OK(uvs_schedule(&worker, &items[0].task)); /* full; loop not run */
+  t0 = test_hrtime_ms();
+  ASSERT_OK(uv_thread_create(&thread, zero_waiter, NULL));
+  ASSERT_OK(uv_thread_join(&thread));
+  ASSERT_UINT64_LT(test_hrtime_ms() - t0, 1000);
+  ASSERT_ERR(atomic_load(&zero_err), UV_ETIMEDOUT);
+  ASSERT_OK(uv_run(&loop, UV_RUN_DEFAULT));
+  ASSERT_EQ(items[1].done_calls, 0);
+  teardown();
+  return 0;
+}
+
+
+static void reject_waiter(void* arg) {
+  (void) arg;
+  atomic_store(&reject_wait_err,
+               uvs_schedule_wait(&worker, &items[1].task, 10000));
+}
+
+
+TEST_IMPL(bound_reject_wait_eagain) {
+  uv_thread_t thread;
+  uint64_t t0;
+
+  setup(NULL);
+  bounded(UVS_LOOP, 1, UVS_FULL_REJECT, 0, NULL);
+  init_items(2);
+  ASSERT_OK(uvs_schedule(&worker, &items[0].task)); /* full; loop not run */
+  t0 = test_hrtime_ms();
+  ASSERT_OK(uv_thread_create(&thread, reject_waiter, NULL));
+  ASSERT_OK(uv_thread_join(&thread));
+  ASSERT_UINT64_LT(test_hrtime_ms() - t0, 1000);
+  ASSERT_ERR(atomic_load(&reject_wait_err), UV_EAGAIN);
+  ASSERT_OK(uv_run(&loop, UV_RUN_DEFAULT));
+  ASSERT_EQ(items[1].done_calls, 0);
+  teardown();
+  return 0;
+}
