@@ -67,13 +67,15 @@ static uvs_task_t* take_oldest(uvs_worker_t* w) {
 static void evict_for(uvs_worker_t* w) {
   uvs_task_t* t;
 
+  /* The new task counts in first: queued never dips below full on the
+   * way, so no space_cb is owed for an eviction. */
+  uvs__add_sc(&w->q_in, 1);
   t = take_oldest(w);
   if (t != NULL) {
     uvs__unqueued(w);
     w->ndropped++;
     uvs__drop(w->sched, t, UV_ENOBUFS);
   }
-  uvs__add_sc(&w->q_in, 1);
 }
 
 

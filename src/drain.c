@@ -325,8 +325,12 @@ static unsigned fill(uvs_worker_t* w,
   uvs_task_t* t;
   unsigned n;
 
-  if (lane != NULL)
+  /* A lane takes one task at a time: tasks start in FIFO order across
+   * lanes, and none waits in one lane's batch while another lane idles. */
+  if (lane != NULL) {
     uvs__keys_intake(w);
+    max = 1;
+  }
   for (n = 0; n < max; n++) {
     if (lane != NULL)
       t = uvs__keys_pick(w, &lane->kent[n]);
