@@ -6,11 +6,13 @@
                   on one kept-alive connection
   pipeline-order  bursts of pipelined requests on one socket, and on several
                   sockets at once, in each mode: every answer comes back in
-                  request order with the right digest
+                  request order with the right digest; and a server with an
+                  answer held back on purpose (HTTP_PIPELINE_FAULT=reorder)
+                  exits 1
   disconnect      clients that vanish mid-pipeline: their queued work is
                   cancelled, the server stays up, nothing leaks
-  errors          400 and 413 close the connection after the answers owed
-                  before them; 404 and 405 keep it; Connection: close and
+  errors          400, 414, 431 and 413 close the connection after the
+                  answers owed before them; 404 and 405 keep it; Connection: close and
                   HTTP/1.0 are honoured
   wrk             wrk with pipeline.lua (depth 16) in pool and loop mode for
                   a few seconds: zero errors, zero out of order
@@ -100,9 +102,9 @@ def test_curl(binary):
         check(curl_status(u + "/work?n=99999999&id=a") == 400, "n too big")
         check(curl_status(u + "/health", "-X", "DELETE") == 405, "405")
         check(curl_status(u + "/health", "-H", "X-Big: " + "x" * 9000) ==
-              413, "a header block over the limit: 413")
-        check(curl_status(u + "/health?" + "q" * 3000) == 413,
-              "a request target over the limit: 413")
+              431, "a header block over the limit: 431")
+        check(curl_status(u + "/health?" + "q" * 3000) == 414,
+              "a request target over the limit: 414")
         check(curl_status(u + "/health", "--data-binary", "x" * 10000,
                           "-X", "GET") == 413,
               "a body over the limit: 413")
@@ -192,6 +194,21 @@ def test_pipeline_order(binary):
             print("%s: 5600 pipelined answers in order" % mode)
         finally:
             stop_ok(server)
+
+    # The order check itself: a server that holds back one answer in five
+    # on purpose must see it and exit 1.
+    server = Server(binary, "pool", threads=4,
+                    env={"HTTP_PIPELINE_FAULT": "reorder"})
+    try:
+        errors = []
+        run_burst(server, "fault", 50, 3, 200, errors)
+        check(errors, "the client saw the answers out of order")
+    finally:
+        rc = server.stop()
+    check(rc == 1 and "answers_out_of_order=0 " not in server.stderr,
+          "the server's order check caught it (exit %s): %s" %
+          (rc, server.stderr))
+    print("fault injection: answers out of order seen, exit 1")
     return 0
 
 
@@ -232,16 +249,20 @@ def test_disconnect(binary):
 
             # The server stays up and gets back to idle: every task handed
             # back, only the /stats connection open.
+            # (uvsched still holds one delayed task per open connection:
+            # its deadline.)
             def idle():
                 s = server.stats()
-                return s["open"] == 1 and s["uvs_pending"] == 0
+                return s["open"] == 1 and s["tasks_inflight"] == 0
             check(harness.wait_until(idle, 60), "server back to idle: %r" %
                   server.stats())
             s = server.stats()
             print("%s: %r" % (mode, s))
             check(s["cancelled"] > 0, "queued work was cancelled")
-            check(s["work_done"] + s["cancelled"] ==
-                  s["uvs_scheduled"], "every task handed back once")
+            check(s["tasks_ran"] + s["tasks_cancelled"] == s["tasks"],
+                  "every task handed back once")
+            check(s["uvs_pending"] == 1, "only the /stats connection's "
+                  "deadline is pending in uvsched: %d" % s["uvs_pending"])
             c = server.connect()
             check(c.get("/health")[0] == 200, "still serving")
             c.close()
@@ -282,26 +303,32 @@ def test_errors(binary):
         check(c.at_eof(), "closed after the 400")
         c.close()
 
-        # Oversized request target, header block and body: 413, closed.
-        for raw in (request("/" + "a" * 3000),
-                    request("/health", "X-Big: %s\r\n" % ("b" * 9000)),
-                    b"GET /health HTTP/1.1\r\nContent-Length: 100000\r\n\r\n"):
+        # Oversized request target, header block and body: 414, 431, 413,
+        # closed.
+        for raw, status in (
+                (request("/" + "a" * 3000), 414),
+                (request("/health", "X-Big: %s\r\n" % ("b" * 9000)), 431),
+                (b"GET /health HTTP/1.1\r\nHost: t\r\n"
+                 b"Content-Length: 100000\r\n\r\n", 413)):
             c = server.connect()
             c.send(request("/health") + raw)
-            check(c.read_response()[0] == 200, "answer before the 413")
+            check(c.read_response()[0] == 200, "answer before the %d" % status)
             r = c.read_response()
-            check(r is not None and r[0] == 413, "413: %r" % (r,))
-            check(c.at_eof(), "closed after the 413")
+            check(r is not None and r[0] == status,
+                  "%d: %r" % (status, (r,)))
+            check(c.at_eof(), "closed after the %d" % status)
             c.close()
 
         # 404 and 405 keep the connection; a body on a GET is read and
         # skipped.
         c = server.connect()
         check(c.get("/nope")[0] == 404, "404")
-        c.send(b"POST /work HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello")
+        c.send(b"POST /work HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\n"
+               b"\r\nhello")
         r = c.read_response()
         check(r[0] == 405 and r[1].get("allow") == "GET", "405: %r" % (r,))
-        c.send(b"GET /health HTTP/1.1\r\nContent-Length: 3\r\n\r\nabc")
+        c.send(b"GET /health HTTP/1.1\r\nHost: t\r\nContent-Length: 3\r\n"
+               b"\r\nabc")
         check(c.read_response()[2] == "ok\n", "GET with a body")
         check(c.get("/work?n=3&id=k")[2] == work_body("k", 3),
               "still alive")
