@@ -1,7 +1,7 @@
 /* uvsched: ordered task queues on libuv's thread pool and loop thread.
  *
  * Nothing here is thread-safe unless docs/threads.rst says so; the contract
- * is shared/SPEC.md, the reference is docs/.
+ * is docs/guarantees.rst, the reference is the rest of docs/.
  */
 
 #ifndef UVSCHED_H
@@ -43,8 +43,9 @@ typedef enum { UVS_CANCEL = 0, UVS_DRAIN = 1 } uvs_close_how_t;
 typedef struct uvs_sched_options_s {
   /* Most pool drains of this scheduler at once; 0 = no cap of its own. */
   unsigned max_concurrency;
-  /* Most tasks one drain (or one loop turn) runs before yielding;
-   * 0 = UVS_DEFAULT_BUDGET. */
+  /* Most tasks one drain (or one loop turn) runs before yielding; 0 = a
+   * time slice of about 1 ms instead of a count: no task starts once the
+   * slice has passed. */
   unsigned budget;
   /* Nonzero: keep the loop alive until closed, even when idle. */
   int keep_alive;
@@ -52,11 +53,6 @@ typedef struct uvs_sched_options_s {
    * giving its pool thread back; 0 = never (default). */
   unsigned linger_us;
 } uvs_sched_options_t;
-
-/* The batch size of drains and loop turns. With budget 0 (the default) a
- * drain or loop turn yields after a time slice of about 1 ms instead of a
- * count (docs/design.rst). */
-#define UVS_DEFAULT_BUDGET 64
 
 typedef struct uvs_stats_s {
   uint64_t scheduled; /* schedules accepted */

@@ -22,6 +22,16 @@
 /* A counter with one writer at a time: no read-modify-write needed. */
 #define uvs__bump(p) uvs__store_relaxed((p), uvs__load_relaxed(p) + 1)
 
+/* Thread-locals of the library, read once or more per task. The
+ * initial-exec model makes each access one instruction instead of a call
+ * into the dynamic linker; it takes a little of the static TLS space that
+ * glibc reserves, so the library can still be loaded with dlopen(). */
+#if defined(__GNUC__) && !defined(_WIN32)
+#define UVS__TLS _Thread_local __attribute__((tls_model("initial-exec")))
+#else
+#define UVS__TLS _Thread_local
+#endif
+
 /* Is the calling thread `t`? On every hot path, so without libuv's two
  * out-of-line calls where uv_thread_t is a pthread_t. */
 #ifndef _WIN32
@@ -149,7 +159,16 @@ enum {
 /* worker->flags (stores under the lock, loads anywhere) */
 enum {
   UVS__W_CLOSING = 1,
-  UVS__W_DRAIN = 2 /* closing with UVS_DRAIN */
+  UVS__W_DRAIN = 2,    /* closing with UVS_DRAIN */
+  UVS__W_BY_SCHED = 4, /* only its scheduler's close is closing it */
+  UVS__W_CB_OWED = 8   /* asked for after it closed: call close_cb */
+};
+
+/* worker->closed (atomic): schedules answer UV_ESHUTDOWN from OPEN on. */
+enum {
+  UVS__C_OPEN = 0,
+  UVS__C_CLOSED = 1, /* its close completed */
+  UVS__C_FINAL = 2   /* and its scheduler's close completed too */
 };
 
 /* sched->state (atomic) */
@@ -217,7 +236,7 @@ struct uvs__tls_s {
   uvs_task_t* current;
   int rescheduled;
 };
-extern _Thread_local struct uvs__tls_s uvs__tls;
+extern UVS__TLS struct uvs__tls_s uvs__tls;
 /* Cancels in progress, process-wide (see uvs_task_cancel). */
 extern unsigned long uvs__cancels;
 

@@ -25,6 +25,15 @@ static inline void uvs__queue_push(uvs__queue_t* head, uvs__queue_t* n) {
 }
 
 
+/* Inserts n at the head, before every other node. */
+static inline void uvs__queue_unshift(uvs__queue_t* head, uvs__queue_t* n) {
+  n->next = head->next;
+  n->prev = head;
+  head->next->prev = n;
+  head->next = n;
+}
+
+
 static inline void uvs__queue_remove(uvs__queue_t* n) {
   n->prev->next = n->next;
   n->next->prev = n->prev;

@@ -31,13 +31,115 @@ enum { FIRE_TIMERS = 1, LOOP_TURN = 2 };
  * rather than a count: a round trip through the loop to post the next drain
  * costs about as much as thousands of small tasks, and a loop turn of a few
  * dozen tasks makes a backlog of small ones wait for many loop iterations.
- * It looks at the clock after each batch; batches start small and double,
- * so long tasks overshoot the slice by a few tasks, not by a full batch. */
+ * No task starts once the slice has passed, so long tasks get one per turn.
+ * Batches of slots still start small and double, which bounds how many
+ * tasks a drain moves out of the queue that it may have to put back. */
 #define UVS__SLICE_NS 1000000
 #define UVS__FIRST_BATCH 8
 
+/* The slice is checked before every task but the first, so the check has
+ * to cost less than an empty task. uv_hrtime() costs 25-50 ns on the VMs
+ * measured; the CPU's tick counter costs a third of that. The counter only
+ * says when to look at the real clock: the slice ends by uv_hrtime(). Its
+ * rate is learnt once per process, from two readings of both clocks at
+ * least UVS__CALIBRATE_NS apart; until then, and where there is no such
+ * counter, every check reads uv_hrtime(). */
+#define UVS__CALIBRATE_NS 20000000
+
+static inline uint64_t ticks(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  return __builtin_ia32_rdtsc();
+#elif defined(__aarch64__)
+  uint64_t v;
+
+  __asm__ __volatile__("mrs %0, cntvct_el0" : "=r"(v));
+  return v;
+#else
+  return 0;
+#endif
+}
+
+static struct {
+  uint64_t hr0;   /* atomic: 0 until the first reading */
+  uint64_t tick0; /* atomic: stored before hr0 is published */
+  uint64_t per_ms; /* atomic: ticks per ms; 0 = not known */
+} calib;
+
+
+/* Learns the tick rate from the first reading and one taken later. Any
+ * thread; two threads racing store the same kind of value. */
+static void calibrate(uint64_t now_ns) {
+  uint64_t hr0;
+  uint64_t t0;
+  uint64_t t;
+  uint64_t rate;
+
+#if !defined(__x86_64__) && !defined(__i386__) && !defined(__aarch64__)
+  (void) now_ns;
+  return;
+#endif
+  t = ticks();
+  hr0 = uvs__load(&calib.hr0);
+  if (hr0 == 0) {
+    uint64_t zero = 0;
+    /* The first to get here takes the first reading; a thread racing it
+     * may pair its own tick with the winner's time, a few us off. */
+    uvs__store_relaxed(&calib.tick0, t);
+    __atomic_compare_exchange_n(&calib.hr0, &zero, now_ns, 0,
+                                __ATOMIC_RELEASE, __ATOMIC_RELAXED);
+    return;
+  }
+  t0 = uvs__load_relaxed(&calib.tick0);
+  if (now_ns - hr0 < UVS__CALIBRATE_NS || t <= t0)
+    return;
+  rate = (t - t0) / ((now_ns - hr0) / 1000000);
+  /* A counter slower than 10 MHz or faster than 100 GHz is not one to
+   * trust; keep reading the real clock. */
+  if (rate < 10000 || rate > 100000000)
+    return;
+  uvs__store_relaxed(&calib.per_ms, rate);
+}
+
+
+typedef struct {
+  uint64_t end_ns;   /* 0: no slice, the budget counts tasks */
+  uint64_t end_tick; /* look at the real clock from this tick on */
+  uint64_t per_ms;
+} slice_t;
+
+
+static void slice_start(slice_t* sl) {
+  uint64_t now;
+
+  now = uv_hrtime();
+  sl->end_ns = now + UVS__SLICE_NS;
+  sl->per_ms = uvs__load_relaxed(&calib.per_ms);
+  if (sl->per_ms == 0) {
+    calibrate(now);
+    sl->end_tick = 0;
+  } else {
+    sl->end_tick = ticks() + sl->per_ms;
+  }
+}
+
+
+/* Has the slice passed? */
+static int slice_over(slice_t* sl) {
+  uint64_t now;
+
+  if (sl->per_ms != 0 && ticks() < sl->end_tick)
+    return 0;
+  now = uv_hrtime();
+  if (now >= sl->end_ns)
+    return 1;
+  if (sl->per_ms != 0)
+    sl->end_tick = ticks() + (sl->end_ns - now) * sl->per_ms / 1000000;
+  return 0;
+}
+
+
 /* A drain's batch lives in its thread, so no worker pays for one. */
-static _Thread_local uvs_task_t* batch_slots[UVS__BATCH];
+static UVS__TLS uvs_task_t* batch_slots[UVS__BATCH];
 
 static void process(uvs_sched_t* s, int what);
 
@@ -137,17 +239,45 @@ void uvs__worker_push(uvs_worker_t* w, uvs_task_t* t, int requeue) {
 }
 
 
-static void push_done(uvs_sched_t* s, uvs_task_t* t) {
+/* Hand-backs on their way to the stack, newest first: a drain gathers
+ * those of a batch and pushes them with one CAS. */
+typedef struct {
+  uvs__queue_t* newest;
+  uvs__queue_t* oldest;
+} chain_t;
+
+
+static void chain_add(chain_t* c, uvs_task_t* t) {
+  t->node.next = c->newest;
+  c->newest = &t->node;
+  if (c->oldest == NULL)
+    c->oldest = &t->node;
+}
+
+
+static void push_chain(uvs_sched_t* s, chain_t* c) {
   uvs__queue_t* top;
 
+  if (c->newest == NULL)
+    return;
   top = uvs__load_relaxed(&s->done_top);
   do
-    t->node.next = top;
-  while (!__atomic_compare_exchange_n(&s->done_top, &top, &t->node, 1,
+    c->oldest->next = top;
+  while (!__atomic_compare_exchange_n(&s->done_top, &top, c->newest, 1,
                                       __ATOMIC_RELEASE, __ATOMIC_RELAXED));
+  c->newest = NULL;
+  c->oldest = NULL;
   /* The stack was empty: nobody asked the loop to look yet. */
   if (top == NULL)
     uvs__kick(s);
+}
+
+
+static void push_done(uvs_sched_t* s, uvs_task_t* t) {
+  chain_t c = {NULL, NULL};
+
+  chain_add(&c, t);
+  push_chain(s, &c);
 }
 
 
@@ -309,7 +439,8 @@ static void finish_periodic(uvs_sched_t* s, uvs_worker_t* w, uvs_task_t* t) {
 static void run_one(uvs_sched_t* s,
                     uvs_worker_t* w,
                     uvs_task_t* t,
-                    uvs__queue_t* posts) {
+                    uvs__queue_t* posts,
+                    chain_t* done) {
   unsigned st;
   int rescheduled;
 
@@ -349,7 +480,7 @@ static void run_one(uvs_sched_t* s,
     uv_mutex_unlock(&s->lock);
   } else if (to_handback(t, 0)) {
     uvs__bump(&w->nended_run);
-    push_done(s, t);
+    chain_add(done, t);
   }
 }
 
@@ -405,6 +536,34 @@ static int linger(uvs_sched_t* s, uvs_worker_t* w) {
 }
 
 
+/* A drain that stops before the end of its batch (its slice passed) puts
+ * the tasks it did not start back at the head of the FIFO, in order. Lock
+ * held: a cancel can't be swapping one of these slots meanwhile. */
+static void put_back(uvs_worker_t* w,
+                     uvs_task_t** slots,
+                     unsigned from,
+                     unsigned n) {
+  uvs_task_t* t;
+
+  while (n-- > from) {
+    t = __atomic_exchange_n(&slots[n], UVS__SLOT_TAKEN, __ATOMIC_ACQUIRE);
+    if (t != UVS__SLOT_TOMB)
+      uvs__queue_unshift(&w->fifo, &t->node);
+  }
+}
+
+
+/* Is w closing with UVS_CANCEL? A drain asks after it took a task from its
+ * slot and before it runs it. The close stores the flag before it sweeps
+ * the slots, and a drain that found a tombstone the sweep left has seen
+ * that store, so the tasks that run are a prefix of the batch: a close
+ * never leaves a hole that a later task runs behind. */
+static int cancelling(uvs_worker_t* w) {
+  return (uvs__load(&w->flags) & (UVS__W_CLOSING | UVS__W_DRAIN)) ==
+         UVS__W_CLOSING;
+}
+
+
 /* Runs up to budget tasks of a worker, a batch at a time. No lock held on
  * entry or exit. */
 static void drain(uvs_worker_t* w) {
@@ -413,31 +572,40 @@ static void drain(uvs_worker_t* w) {
   uvs_task_t* t;
   uvs__queue_t posts;
   uvs__queue_t* q;
-  uint64_t slice_end;
+  chain_t done;
+  slice_t sl;
   unsigned batch_max;
   unsigned budget;
   unsigned ran;
   unsigned max;
   unsigned n;
   unsigned i;
+  int started;
+  int over;
 
   s = w->sched;
   slots = batch_slots;
   budget = s->budget;
-  slice_end = 0;
+  sl.end_ns = 0;
+  sl.end_tick = 0;
+  sl.per_ms = 0;
   batch_max = UVS__BATCH;
   if (budget == 0) {
     budget = UINT32_MAX;
-    slice_end = uv_hrtime() + UVS__SLICE_NS;
+    slice_start(&sl);
     batch_max = UVS__FIRST_BATCH;
   }
   ran = 0;
+  started = 0;
+  over = 0;
+  done.newest = NULL;
+  done.oldest = NULL;
   uvs__queue_init(&posts);
   uv_mutex_lock(&s->lock);
   for (;;) {
     while ((q = uvs__queue_shift(&posts)) != NULL)
       uvs__post_release(s, uvs__container_of(q, uvs_task_t, node));
-    if (ran >= budget)
+    if (ran >= budget || over)
       break;
     if ((w->flags & UVS__W_CLOSING) && !(w->flags & UVS__W_DRAIN)) {
       uvs__worker_close_sweep(w); /* late arrivals don't run */
@@ -462,19 +630,38 @@ static void drain(uvs_worker_t* w) {
     uv_mutex_unlock(&s->lock);
 
     for (i = 0; i < n; i++) {
+      /* No task starts once the slice has passed. */
+      if (started && sl.end_ns != 0 && slice_over(&sl)) {
+        over = 1;
+        break;
+      }
       t = __atomic_exchange_n(&slots[i], UVS__SLOT_TAKEN, __ATOMIC_ACQ_REL);
-      if (t != UVS__SLOT_TOMB)
-        run_one(s, w, t, &posts);
+      if (t == UVS__SLOT_TOMB)
+        continue;
+      if (cancelling(w)) {
+        uv_mutex_lock(&s->lock);
+        uvs__drop(s, t, UV_ECANCELED);
+        uv_mutex_unlock(&s->lock);
+        continue;
+      }
+      run_one(s, w, t, &posts, &done);
+      started = 1;
     }
-    ran += n;
-    if (slice_end != 0) {
-      if (uv_hrtime() >= slice_end)
-        ran = budget;
+    /* The batch's hand-backs in one go, in the order the tasks ran. */
+    push_chain(s, &done);
+    ran += i;
+    /* The real clock once a batch as well: the tick counter of another
+     * core may run behind this one's. */
+    if (sl.end_ns != 0 && !over) {
+      if (uv_hrtime() >= sl.end_ns)
+        over = 1;
       else if (batch_max < UVS__BATCH)
         batch_max *= 2;
     }
 
     uv_mutex_lock(&s->lock);
+    if (i < n)
+      put_back(w, slots, i, n);
     w->batch = NULL;
     w->batch_len = 0;
   }
@@ -656,9 +843,27 @@ static void wait_for_callers(unsigned* inflight) {
 }
 
 
+/* Calls a worker's close callback, if any, once. Lock held on entry and
+ * exit, not during the call. */
+static void call_close_cb(uvs_sched_t* s, uvs_worker_t* w) {
+  uvs_worker_close_cb cb;
+
+  cb = w->close_cb;
+  w->close_cb = NULL;
+  __atomic_store_n(&w->flags, w->flags & ~UVS__W_CB_OWED, __ATOMIC_RELAXED);
+  if (cb == NULL)
+    return;
+  uv_mutex_unlock(&s->lock);
+  cb(w);
+  uv_mutex_lock(&s->lock);
+}
+
+
 static void handle_closed(uv_handle_t* handle) {
   uvs_sched_t* s;
   uvs_sched_close_cb cb;
+  uvs__queue_t* q;
+  uvs_worker_t* w;
 
   if (handle->type == UV_ASYNC)
     s = uvs__container_of(handle, uvs_sched_t, async);
@@ -672,6 +877,16 @@ static void handle_closed(uv_handle_t* handle) {
   cb = s->close_cb;
   __atomic_store_n(&s->state, UVS__S_CLOSED, __ATOMIC_SEQ_CST);
   wait_for_callers(&s->inflight);
+  /* The last callbacks a closed worker may be asked for: mark each FINAL,
+   * then wait out a uvs_worker_close() that got in before. */
+  while ((q = uvs__queue_shift(&s->closed)) != NULL) {
+    w = uvs__container_of(q, uvs_worker_t, list_node);
+    __atomic_store_n(&w->closed, UVS__C_FINAL, __ATOMIC_SEQ_CST);
+    wait_for_callers(&w->inflight);
+    uv_mutex_lock(&s->lock);
+    call_close_cb(s, w);
+    uv_mutex_unlock(&s->lock);
+  }
   uv_mutex_destroy(&s->lock);
   if (cb != NULL)
     cb(s);
@@ -690,7 +905,6 @@ static int closable(uvs_worker_t* w) {
 static int finish_closes(uvs_sched_t* s) {
   uvs__queue_t* q;
   uvs_worker_t* w;
-  uvs_worker_close_cb cb;
 
   uv_mutex_lock(&s->lock);
   for (;;) {
@@ -712,7 +926,7 @@ static int finish_closes(uvs_sched_t* s) {
     if (!uvs__load_relaxed(&w->closed)) {
       /* Callers on other threads that got in before the close may still
        * push: shut the door, wait for them, then look again. */
-      __atomic_store_n(&w->closed, 1, __ATOMIC_SEQ_CST);
+      __atomic_store_n(&w->closed, UVS__C_CLOSED, __ATOMIC_SEQ_CST);
       uv_mutex_unlock(&s->lock);
       wait_for_callers(&w->inflight);
       /* And for cancels that may have read this worker from a task. */
@@ -725,15 +939,24 @@ static int finish_closes(uvs_sched_t* s) {
     }
 
     uvs__queue_remove(&w->list_node);
+    /* While the scheduler closes, a closed worker that has no callback may
+     * still be asked for one (uvs_worker_close): keep it in reach until
+     * the end. One whose callback is called is the user's from then on. */
+    if (uvs__load_relaxed(&s->state) != UVS__S_OPEN && w->close_cb == NULL)
+      uvs__queue_push(&s->closed, &w->list_node);
     s->stats.scheduled += w->nsched;
     s->stats.ran += uvs__load(&w->nran);
     s->stats.cancelled += w->ncancelled;
-    cb = w->close_cb;
-    w->close_cb = NULL;
-    uv_mutex_unlock(&s->lock);
-    if (cb != NULL)
-      cb(w);
-    uv_mutex_lock(&s->lock);
+    call_close_cb(s, w);
+  }
+  /* Callbacks asked for after their worker closed. */
+  for (q = s->closed.next; q != &s->closed; q = q->next) {
+    w = uvs__container_of(q, uvs_worker_t, list_node);
+    if (w->flags & UVS__W_CB_OWED) {
+      uvs__queue_remove(&w->list_node);
+      call_close_cb(s, w);
+      q = &s->closed; /* the list may have changed meanwhile */
+    }
   }
 
   if (uvs__load_relaxed(&s->state) != UVS__S_CLOSING ||
@@ -834,6 +1057,7 @@ int uvs_sched_init(uv_loop_t* loop,
   }
   uvs__queue_init(&s->workers);
   uvs__queue_init(&s->closing);
+  uvs__queue_init(&s->closed);
   uvs__queue_init(&s->ready);
   uvs__queue_init(&s->loop_ready);
   uvs__store(&s->done_top, NULL);
@@ -858,6 +1082,7 @@ int uvs_sched_close(uvs_sched_t* s,
                     uvs_sched_close_cb close_cb) {
   uvs__queue_t* q;
   uvs__queue_t* next;
+  uvs_worker_t* w;
 
   if (s == NULL || (how != UVS_CANCEL && how != UVS_DRAIN))
     return UV_EINVAL;
@@ -869,9 +1094,9 @@ int uvs_sched_close(uvs_sched_t* s,
   s->close_cb = close_cb;
   for (q = s->workers.next; q != &s->workers; q = next) {
     next = q->next;
-    uvs__worker_close_locked(uvs__container_of(q, uvs_worker_t, list_node),
-                             how,
-                             NULL);
+    w = uvs__container_of(q, uvs_worker_t, list_node);
+    uvs__worker_close_locked(w, how, NULL);
+    __atomic_store_n(&w->flags, w->flags | UVS__W_BY_SCHED, __ATOMIC_SEQ_CST);
   }
   uvs__kick(s);
   uv_mutex_unlock(&s->lock);

@@ -6,7 +6,7 @@
 
 #define UVS__MAX_MS ((uint64_t) 1 << 40)
 
-_Thread_local struct uvs__tls_s uvs__tls;
+UVS__TLS struct uvs__tls_s uvs__tls;
 unsigned long uvs__cancels;
 
 

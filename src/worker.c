@@ -136,22 +136,44 @@ int uvs_worker_close(uvs_worker_t* w,
                      uvs_close_how_t how,
                      uvs_worker_close_cb close_cb) {
   uvs_sched_t* s;
+  unsigned closed;
+  unsigned flags;
   int err;
 
   if (w == NULL || (how != UVS_CANCEL && how != UVS_DRAIN))
     return UV_EINVAL;
-  if (uvs__worker_enter(w) != 0)
-    return UV_EINVAL; /* closed already */
+  /* Pinned as in uvs__worker_enter(), but a worker that closed may still
+   * take a callback: one that only its scheduler's close closed, while that
+   * close goes on. Such a worker stays on the scheduler's closed list until
+   * the scheduler's last step, which marks it FINAL and then waits out this
+   * pin, so the scheduler is alive while we hold it. */
+  uvs__add(&w->inflight, 1);
+  closed = __atomic_load_n(&w->closed, __ATOMIC_SEQ_CST);
+  flags = uvs__load(&w->flags);
+  err = UV_EINVAL;
+  if (closed == UVS__C_FINAL ||
+      (closed == UVS__C_CLOSED && !(flags & UVS__W_BY_SCHED)))
+    goto out;
 
   s = w->sched;
   uv_mutex_lock(&s->lock);
-  if (w->flags & UVS__W_CLOSING) {
-    err = UV_EINVAL;
-  } else {
+  flags = w->flags;
+  if (!(flags & UVS__W_CLOSING)) {
     uvs__worker_close_locked(w, how, close_cb);
+    err = 0;
+  } else if (flags & UVS__W_BY_SCHED) {
+    /* Its scheduler's close goes on the way it began. */
+    flags &= ~UVS__W_BY_SCHED;
+    if (uvs__load_relaxed(&w->closed) == UVS__C_CLOSED && close_cb != NULL) {
+      flags |= UVS__W_CB_OWED;
+      uvs__kick(s);
+    }
+    w->close_cb = close_cb;
+    __atomic_store_n(&w->flags, flags, __ATOMIC_SEQ_CST);
     err = 0;
   }
   uv_mutex_unlock(&s->lock);
+out:
   uvs__worker_leave(w);
   return err;
 }

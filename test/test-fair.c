@@ -81,8 +81,9 @@ TEST_IMPL(budget_loop_per_turn) {
 
 
 /* With the default budget a loop turn yields after a time slice of about
- * 1 ms, looking at the clock after batches of 8, 16, ... tasks: tasks that
- * each take 200 us end a turn after the first batch of 8. */
+ * 1 ms and starts no task once it has passed: tasks that each take 200 us
+ * end a turn after at most 6 (5 fill the slice, one may start just before
+ * its end). */
 static void spin_run_cb(uvs_task_t* task) {
   (void) task;
   test_spin_us(200);
@@ -109,8 +110,9 @@ TEST_IMPL(budget_loop_default) {
   prepare_cb(&prepare);
   ASSERT_EQ(loop_runs, 40);
   ASSERT_EQ(done_calls, 40);
-  ASSERT_EQ(max_turn_runs, 8);
-  ASSERT_GE(turns_with_runs, 5);
+  ASSERT_LE(max_turn_runs, 6);
+  ASSERT_GE(max_turn_runs, 1);
+  ASSERT_GE(turns_with_runs, 7);
   uv_close((uv_handle_t*) &prepare, NULL);
   TEST_CLOSE_SCHED_AND_LOOP(&loop, &sched, UVS_CANCEL);
   return 0;

@@ -61,6 +61,7 @@ struct uvs__queue_s {
   uvs_sched_close_cb close_cb;                                                 \
   struct uvs__queue_s workers;    /* open workers */                           \
   struct uvs__queue_s closing;    /* workers being closed */                   \
+  struct uvs__queue_s closed;     /* closed while the scheduler closes */      \
   struct uvs__queue_s ready;      /* pool workers waiting for a drain */       \
   struct uvs__queue_s loop_ready; /* loop workers with work */                 \
   struct uvs__queue_s* done_top;  /* atomic: stack of handed-back tasks */     \
