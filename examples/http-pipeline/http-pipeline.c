@@ -110,6 +110,7 @@ typedef struct limits_s {
   uint64_t max_rejecting;  /* Connections being answered 503 at once. */
   uint64_t max_inflight;   /* Requests queued on one connection's worker. */
   uint64_t max_out_bytes;  /* Unwritten answer bytes of one connection. */
+  uint64_t sndbuf;         /* SO_SNDBUF of a connection; 0 = the kernel's. */
   uint64_t header_timeout; /* ms, from a request's first byte to its end. */
   uint64_t idle_timeout;   /* ms, a kept-alive connection with nothing owed. */
   uint64_t write_timeout;  /* ms, a write that makes no progress. */
@@ -1384,6 +1385,7 @@ static void on_connection(uv_stream_t* listener, int status) {
   request_t* req;
   conn_t* conn;
   int reject;
+  int sndbuf;
   int rc;
 
   if (status < 0) {
@@ -1437,6 +1439,12 @@ static void on_connection(uv_stream_t* listener, int status) {
     s->conns->prev = conn;
   s->conns = conn;
   uv_tcp_nodelay(&conn->tcp, 1);
+  if (lim->sndbuf != 0) {
+    /* Fixed, not autotuned: a client that does not read can make the
+     * kernel hold this much of our answers, not megabytes. */
+    sndbuf = (int) lim->sndbuf;
+    uv_send_buffer_size((uv_handle_t*) &conn->tcp, &sndbuf);
+  }
   http_parser_init(&conn->parser, HTTP_REQUEST);
   conn->parser.data = conn;
   conn->fresh = 1;
@@ -1516,6 +1524,13 @@ static void usage(FILE* f, const limits_t* d) {
       "before it\n"
       "                        stops reading (default %" PRIu64
       "; reads again at N/2)\n"
+      "  --sndbuf N            SO_SNDBUF of each connection, which bounds "
+      "the answers\n"
+      "                        the kernel holds for a client; 0 = the "
+      "kernel's\n"
+      "                        autotuning, up to tcp_wmem's maximum "
+      "(default %" PRIu64
+      ")\n"
       "  --header-timeout MS   a request, head and body, must arrive within "
       "MS of\n"
       "                        its first byte (default %" PRIu64
@@ -1555,8 +1570,9 @@ static void usage(FILE* f, const limits_t* d) {
       "Prints \"listening on http://ADDR:PORT\" once bound; stops on\n"
       "SIGINT or SIGTERM and exits 0 only if every check held.\n",
       d->max_conns, d->max_rejecting, d->max_inflight, d->max_out_bytes,
-      d->header_timeout, d->idle_timeout, d->write_timeout, d->linger,
-      d->max_rounds, d->max_url, d->max_head, d->max_body, d->budget);
+      d->sndbuf, d->header_timeout, d->idle_timeout, d->write_timeout,
+      d->linger, d->max_rounds, d->max_url, d->max_head, d->max_body,
+      d->budget);
 }
 
 
@@ -1574,7 +1590,7 @@ static const limits_t default_limits = {
     .max_head = 8192,
     .max_body = 8192,
     .concurrency = 0, /* --threads */
-    .budget = 1,
+    .budget = 0,
 };
 
 
@@ -1640,6 +1656,7 @@ int main(int argc, char** argv) {
       {"--max-rejecting", offsetof(limits_t, max_rejecting), 1, 100000},
       {"--max-inflight", offsetof(limits_t, max_inflight), 1, 1000000},
       {"--max-out-bytes", offsetof(limits_t, max_out_bytes), 1024, 1 << 30},
+      {"--sndbuf", offsetof(limits_t, sndbuf), 0, 1 << 30},
       {"--header-timeout", offsetof(limits_t, header_timeout), 1, 86400000},
       {"--idle-timeout", offsetof(limits_t, idle_timeout), 1, 86400000},
       {"--write-timeout", offsetof(limits_t, write_timeout), 1, 86400000},
