@@ -38,7 +38,7 @@ class Server:
     """One http-pipeline process on 127.0.0.1 and a free port."""
 
     def __init__(self, binary, mode="pool", threads=None, extra=(),
-                 env=None):
+                 env=None, preexec_fn=None):
         args = [binary, "--host", "127.0.0.1", "--port", "0", "--mode", mode]
         if threads:
             args += ["--threads", str(threads)]
@@ -47,7 +47,8 @@ class Server:
         self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL,
                                      stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE, text=True,
-                                     env=dict(os.environ, **(env or {})))
+                                     env=dict(os.environ, **(env or {})),
+                                     preexec_fn=preexec_fn)
         self._stderr = []
         self._err_thread = threading.Thread(target=self._drain_stderr,
                                             daemon=True)
