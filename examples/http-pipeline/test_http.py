@@ -16,18 +16,23 @@
                   HTTP/1.0 are honoured
   wrk             wrk with pipeline.lua (depth 16) in pool and loop mode for
                   a few seconds: zero errors, zero out of order
+  h2load          an independent client: nghttp2's h2load --h1 -m 16
+                  (pipelining 16 deep) on 8 connections, 4000 /work and
+                  4000 /health requests in pool and loop mode: every one
+                  succeeded with a 2xx, none failed, errored or timed out
 
   test_http.py NAME --server BUILDDIR/examples/http-pipeline/http-pipeline
 
 Each test starts its own servers on free ports of 127.0.0.1 and stops them
 with SIGTERM; a server that exits non-zero (its order, overlap or leak
 checks, or a sanitizer) fails the test. Exit status: 0 passed, 1 failed,
-77 skipped (curl or wrk missing).
+77 skipped (curl, wrk or h2load missing).
 """
 
 import argparse
 import os
 import random
+import re
 import shutil
 import subprocess
 import sys
@@ -397,8 +402,49 @@ def test_wrk(binary):
     return 0
 
 
+# -------------------------------------------------------------- h2load
+
+def run_h2load(url, requests=4000, connections=8, depth=16):
+    args = ["h2load", "--h1", "-m", str(depth), "-c", str(connections),
+            "-t", "1", "-n", str(requests), url]
+    p = subprocess.run(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, text=True, timeout=60)
+    out = p.stdout
+    m = re.search(r"requests: (\d+) total, (\d+) started, (\d+) done, "
+                  r"(\d+) succeeded, (\d+) failed, (\d+) errored, "
+                  r"(\d+) timeout", out)
+    c = re.search(r"status codes: (\d+) 2xx, (\d+) 3xx, (\d+) 4xx, "
+                  r"(\d+) 5xx", out)
+    check(p.returncode == 0 and m and c, "h2load: %s" % out)
+    return [int(x) for x in m.groups()], [int(x) for x in c.groups()], out
+
+
+def test_h2load(binary):
+    if shutil.which("h2load") is None:
+        print("h2load is not installed (Debian: nghttp2-client)")
+        return SKIP
+    for mode in ("pool", "loop"):
+        server = Server(binary, mode, threads=os.cpu_count() or 1)
+        try:
+            for path in ("/work?n=200&id=h2load", "/health"):
+                req, codes, out = run_h2load(server.url + path)
+                print("%s %s: %s" % (mode, path, [
+                    line for line in out.splitlines()
+                    if line.startswith(("finished", "requests:"))]))
+                total, started, done, ok, failed, errored, timeout = req
+                check(total == done == ok == 4000 and
+                      failed == errored == timeout == 0,
+                      "%s %s: %r" % (mode, path, req))
+                check(codes == [4000, 0, 0, 0], "%s %s: status codes %r" %
+                      (mode, path, codes))
+        finally:
+            stop_ok(server)
+    return 0
+
+
 TESTS = {
     "curl": test_curl,
+    "h2load": test_h2load,
     "pipeline-order": test_pipeline_order,
     "disconnect": test_disconnect,
     "errors": test_errors,
