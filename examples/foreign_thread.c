@@ -63,7 +63,7 @@ static void producer(void* arg) {
 
 int main(void) {
   uv_loop_t* loop = uv_default_loop();
-  uvs_sched_options_t opts = {0, 0, 1 /* keep_alive */, 0};
+  uvs_sched_options_t opts = {.keep_alive = 1};
   uv_thread_t threads[NTHREADS];
   int t;
 

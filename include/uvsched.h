@@ -25,7 +25,7 @@ extern "C" {
 #endif
 
 #define UVS_VERSION_MAJOR 0
-#define UVS_VERSION_MINOR 1
+#define UVS_VERSION_MINOR 2
 #define UVS_VERSION_PATCH 0
 
 typedef struct uvs_sched_s uvs_sched_t;
@@ -52,6 +52,9 @@ typedef struct uvs_sched_options_s {
   /* A drain that empties its queue may wait this long for more work before
    * giving its pool thread back; 0 = never (default). */
   unsigned linger_us;
+  /* Nonzero: the scheduler's time stands still until uvs_clock_advance()
+   * moves it (for tests of programs that use delays). Since 0.2. */
+  int manual_clock;
 } uvs_sched_options_t;
 
 typedef struct uvs_stats_s {
@@ -62,6 +65,46 @@ typedef struct uvs_stats_s {
   uint64_t drains;    /* drains posted with uv_queue_work */
   uint64_t wakeups;   /* uv_async callbacks that found work */
 } uvs_stats_t;
+
+/* 0.2: bounded workers, width, metrics. */
+typedef enum {
+  UVS_FULL_REJECT = 0,     /* a schedule onto a full worker: UV_EAGAIN */
+  UVS_FULL_BLOCK = 1,      /* uvs_schedule_wait blocks foreign threads */
+  UVS_FULL_DROP_OLDEST = 2 /* the oldest queued task: done_cb UV_ENOBUFS */
+} uvs_full_t;
+
+typedef void (*uvs_worker_space_cb)(uvs_worker_t* worker);
+
+typedef struct uvs_worker_options_s {
+  /* Most run_cbs of this worker at once; 0 or 1 = serial; > 1 only for
+   * UVS_POOL. */
+  unsigned width;
+  /* Most tasks queued and not started (delayed not counted); 0 = no
+   * bound. */
+  size_t max_pending;
+  /* What a schedule onto a full worker does. */
+  uvs_full_t on_full;
+  /* space_cb runs when queued falls to this after the worker was full. */
+  size_t low_water;
+  /* Loop thread; may be NULL. */
+  uvs_worker_space_cb space_cb;
+  /* Nonzero: keep the wait and run histograms of uvs_worker_metrics_t. */
+  int metrics;
+} uvs_worker_options_t;
+
+/* A log2 histogram: bucket k counts values of less than 2^k us (and at
+ * least 2^(k-1) us); the last bucket also counts everything longer. */
+typedef struct uvs_hist_s {
+  uint64_t count, sum_ns, max_ns;
+  uint64_t bucket[24];
+} uvs_hist_t;
+
+typedef struct uvs_worker_metrics_s {
+  uint64_t queued, queued_max, delayed, running; /* now, and high-water mark */
+  uint64_t scheduled, ran, cancelled, rejected, dropped;
+  uvs_hist_t wait; /* ready (queued or due) -> run_cb starts; with metrics */
+  uvs_hist_t run;  /* run_cb duration; with metrics */
+} uvs_worker_metrics_t;
 
 /* The private tails of the structs below. */
 #include "uvsched/private.h"
@@ -127,6 +170,24 @@ UVS_EXTERN int uvs_task_cancel(uvs_task_t* task);
 
 /* Fire-and-forget, library-allocated from a per-scheduler pool. */
 UVS_EXTERN int uvs_post(uvs_worker_t* worker, void (*fn)(void* arg), void* arg);
+
+/* 0.2: bounded workers, width and keys, metrics, manual clock. */
+UVS_EXTERN int uvs_worker_init_ex(uvs_sched_t* sched,
+                                  uvs_worker_t* worker,
+                                  uvs_where_t where,
+                                  const uvs_worker_options_t* options);
+/* Any thread. */
+UVS_EXTERN int uvs_worker_metrics(const uvs_worker_t* worker,
+                                  uvs_worker_metrics_t* out);
+/* Any thread; blocks only a thread that is neither the loop's nor one of
+ * the pool's running this scheduler's tasks, at most timeout_ms. */
+UVS_EXTERN int uvs_schedule_wait(uvs_worker_t* worker,
+                                 uvs_task_t* task,
+                                 uint64_t timeout_ms);
+/* Before scheduling; 0 = no key. */
+UVS_EXTERN int uvs_task_set_key(uvs_task_t* task, uint64_t key);
+/* Loop thread; only with manual_clock. */
+UVS_EXTERN int uvs_clock_advance(uvs_sched_t* sched, uint64_t ms);
 
 #ifdef __cplusplus
 }

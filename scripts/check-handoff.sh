@@ -5,6 +5,12 @@
 # LTL property all_run under weak fairness. Then checks that the model can
 # fail: each deliberately broken variant must produce an error.
 #
+# First, without spin, it checks that the model's header comment still
+# points at real code: every "name() in src/FILE.c" must be a function
+# defined in src/FILE.c, every other "name()" must be an inline or proctype
+# of the model or a function defined in some src/*.c, and no line numbers
+# may be cited (they went stale before; function names don't move).
+#
 # Usage: scripts/check-handoff.sh [-q]   (from anywhere; needs spin and cc)
 # Prints the states explored per run; exits non-zero on any failure.
 
@@ -13,12 +19,75 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 model="$here/src/handoff.pml"
 quiet=0
 [ "${1:-}" = "-q" ] && quiet=1
+status=0
+
+# defined NAME FILE: true if FILE has a definition of the function NAME: a
+# line at column 0 that names it before "(", followed by "{" before any ";"
+# (a prototype ends with ";").
+defined() {
+  awk -v name="$1" '
+    !inside && $0 ~ ("^([A-Za-z_].*[^A-Za-z0-9_])?" name "[(]") { inside = 1 }
+    inside {
+      if (index($0, "{")) { found = 1; exit }
+      if (index($0, ";")) inside = 0
+    }
+    END { exit !found }' "$2"
+}
+
+# The header comment, as one line: from the top to the first "*/".
+header=$(awk '{ print } /\*\// { exit }' "$model" |
+  sed -e 's|^ *\*/.*$||' -e 's|^ */\*||' -e 's|^ *\* \{0,1\}||' |
+  tr '\n' ' ' | tr -s ' ')
+refs_ok=1
+if printf '%s\n' "$header" |
+  grep -Eq '[Ll]ines? [0-9]|\.(c|h|pml):[0-9]|\([0-9]+-[0-9]+\)'; then
+  echo "FAIL refs: the header of src/handoff.pml cites line numbers; name functions"
+  refs_ok=0
+fi
+# Functions given with their file.
+while read -r name file; do
+  [ -n "$name" ] || continue
+  if [ ! -f "$here/$file" ]; then
+    echo "FAIL refs: $name() in $file: there is no $file"
+    refs_ok=0
+  elif ! defined "$name" "$here/$file"; then
+    echo "FAIL refs: $name() in $file: no definition of $name in $file"
+    refs_ok=0
+  fi
+done < <(printf '%s\n' "$header" |
+  grep -Eo '[A-Za-z_][A-Za-z0-9_]*\(\) in src/[A-Za-z0-9_./-]+\.c' |
+  sed 's/() in / /' | sort -u)
+# Every other name(): the model's own, or defined somewhere in src/.
+model_names=$(sed -n 's/^[[:space:]]*\(active[[:space:]]\{1,\}\)\{0,1\}\(inline\|proctype\)[[:space:]]\{1,\}\([A-Za-z_][A-Za-z0-9_]*\).*/\3/p' "$model")
+for name in $(printf '%s\n' "$header" | grep -Eo '[A-Za-z_][A-Za-z0-9_]*\(\)' |
+  sed 's/()$//' | sort -u); do
+  if printf '%s\n' "$model_names" | grep -qx "$name"; then
+    continue
+  fi
+  found=0
+  for f in "$here"/src/*.c; do
+    if defined "$name" "$f"; then
+      found=1
+      break
+    fi
+  done
+  if [ "$found" -eq 0 ]; then
+    echo "FAIL refs: $name() is named in the header of src/handoff.pml," \
+      "but neither the model nor src/*.c defines it"
+    refs_ok=0
+  fi
+done
+if [ "$refs_ok" -eq 1 ]; then
+  echo "ok   refs: every function the model's header names is defined in src/"
+else
+  status=1
+fi
+
 command -v spin >/dev/null 2>&1 || { echo "spin not found (apt-get install spin)"; exit 1; }
 cc=${CC_PAN:-cc}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cd "$work"
-status=0
 
 # run NAME EXPECT SPIN_DEFINES CC_DEFINES PAN_ARGS: EXPECT is pass or fail.
 run() {

@@ -22,34 +22,45 @@
  * of worker->state and the load of the tail in after_drain()), which is
  * what makes that faithful. The release store of the link and the acquire
  * load in pop() carry the task's contents, not the decision, and are one
- * step each here. Kicks of the loop (uvs__kick) are not modelled: a worker
- * listed as ready is assumed to be dispatched eventually.
+ * step each here. Kicks of the loop (uvs__kick() in src/sched.c) are not
+ * modelled: a worker listed as ready is assumed to be dispatched
+ * eventually. A drain that stops early (its budget or time slice is spent)
+ * and leaves tasks queued is modelled by BUDGET: tasks a drain moved into
+ * its batch and puts back unstarted at the head of the FIFO, under the
+ * lock, are tasks it did not take.
  *
- * Where each part of the model is in the C code (line numbers of this
- * commit; the function names are the stable reference):
+ * Where each part of the model is in the C code. Name functions, never line
+ * numbers: scripts/check-handoff.sh fails if a function named here with
+ * "in src/FILE.c" has no definition in that file, if any other function
+ * named here with parentheses is neither an inline or proctype of this
+ * model nor defined in a file of src/, or if this comment cites line
+ * numbers.
  *
  *   model                          C code
  *   -----------------------------  -------------------------------------
- *   push_exchange / push_link      inbox.c push_node(): exchange on
- *                                  inbox_tail (seq_cst), then release store
- *                                  of prev->next (lines 26-35)
- *   push() state load, CAS, make   sched.c uvs__worker_push() (116-140)
- *   make_ready()                   sched.c uvs__worker_make_ready()
- *                                  (109-113): phase = READY, listed once
- *   proctype Drain (one per `go`)  sched.c drain() (362-431): batches under
- *                                  the lock via uvs__inbox_take() (inbox.c
- *                                  109-121, pop() 53-86), runs them without
- *                                  it, stops on empty-for-now or budget
- *   Loop: dispatch                 sched.c dispatch() (536-548) and
- *                                  run_loop_workers() (551-570): phase =
- *                                  POSTED, one drain posted
- *   Loop: after_drain              sched.c drain_after() (515-527) and
- *                                  after_drain() (436-453)
- *   nonempty()                     inbox.c uvs__inbox_nonempty() (43-47)
- *   Loop: timer push               sched.c fire() (457-462) calling
+ *   push_exchange / push_link      push_node() in src/inbox.c, called by
+ *                                  uvs__inbox_push() in src/inbox.c:
+ *                                  exchange on inbox_tail (seq_cst), then
+ *                                  release store of prev->next
+ *   push(): state load, CAS, make  uvs__worker_push() in src/sched.c
+ *   make_ready()                   uvs__worker_make_ready() in src/sched.c:
+ *                                  phase = READY, listed once
+ *   proctype Drain (one per `go`)  drain() in src/sched.c: batches under
+ *                                  the lock via uvs__inbox_take() in
+ *                                  src/inbox.c (and pop() in src/inbox.c),
+ *                                  runs them without it, stops on
+ *                                  empty-for-now or budget
+ *   Loop: dispatch                 dispatch() in src/sched.c and
+ *                                  run_loop_workers() in src/sched.c:
+ *                                  phase = POSTED, one drain posted
+ *   Loop: after_drain              drain_after() in src/sched.c and
+ *                                  after_drain() in src/sched.c
+ *   nonempty()                     uvs__inbox_nonempty() in src/inbox.c
+ *   Loop: timer push               fire() in src/sched.c calling
  *                                  uvs__worker_push(requeue = 1) with the
- *                                  lock held (also worker.c
- *                                  uvs__worker_close_locked, UVS_DRAIN)
+ *                                  lock held (also
+ *                                  uvs__worker_close_locked() in
+ *                                  src/worker.c, UVS_DRAIN)
  */
 
 #ifndef NPROD

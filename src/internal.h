@@ -48,6 +48,9 @@ static inline int uvs__is_thread(const uv_thread_t* t) {
 }
 #endif
 
+/* The largest delay, period or clock step, in ms. */
+#define UVS__MAX_MS ((uint64_t) 1 << 40)
+
 /* ---- alloc.c ----------------------------------------------------------- */
 void* uvs__malloc(size_t size);
 void* uvs__calloc(size_t count, size_t size);
@@ -199,7 +202,6 @@ void uvs__drop(uvs_sched_t* sched, uvs_task_t* task, int status);
 /* Cancels a queued or delayed task of worker (lock held): 0, or UV_EBUSY if
  * a drain already took it. */
 int uvs__cancel_locked(uvs_sched_t* sched, uvs_task_t* task);
-uint64_t uvs__now_ms(void);
 /* A task due at `due` entered the wheel (lock held): asks the loop to re-arm
  * the timer if it would fire too late, once until it has. */
 void uvs__timer_needed(uvs_sched_t* sched, uint64_t due);
@@ -235,10 +237,53 @@ int uvs__schedule_node(uvs_worker_t* worker, uvs_task_t* task);
 struct uvs__tls_s {
   uvs_task_t* current;
   int rescheduled;
+  int draining; /* this thread runs a drain or a loop turn */
 };
 extern UVS__TLS struct uvs__tls_s uvs__tls;
 /* Cancels in progress, process-wide (see uvs_task_cancel). */
 extern unsigned long uvs__cancels;
+
+/* ---- bound.c: bounded workers and metrics ----------------------------- */
+/* Does w count its queued tasks (a bound or metrics)? */
+static inline int uvs__counting(const uvs_worker_t* w) {
+  return w->max_pending != 0 || w->metrics;
+}
+/* A producer blocked in uvs_schedule_wait(), on w->waiters (lock). */
+typedef struct uvs__waiter_s {
+  uvs__queue_t node;
+  uv_cond_t cond;
+  int woken;
+} uvs__waiter_t;
+/* Counts a task into a counting worker: 0, or UV_EAGAIN if it is full and
+ * rejects (DROP_OLDEST evicts instead, taking the lock unless `locked`). */
+int uvs__admit(uvs_worker_t* worker, int locked);
+/* A queued task was taken out other than by the drain (lock held). */
+void uvs__unqueued(uvs_worker_t* worker);
+/* Room was made in a bounded worker: owe space_cb at low_water, wake a
+ * blocked producer. */
+void uvs__space_check(uvs_worker_t* worker, int locked);
+/* Wakes every blocked producer of a closing worker (lock held). */
+void uvs__wake_all(uvs_worker_t* worker);
+void uvs__hist_add(uvs_hist_t* h, uint64_t ns);
+/* worker.c: init with options (NULL = defaults). */
+int uvs__worker_init(uvs_sched_t* sched,
+                     uvs_worker_t* worker,
+                     uvs_where_t where,
+                     const uvs_worker_options_t* options);
+
+/* A task of w became ready (queued or due): with metrics, when, in us,
+ * kept in its status until it starts. */
+static inline void uvs__mark_ready(const uvs_worker_t* w, uvs_task_t* t) {
+  if (w->metrics)
+    t->status = (int) (uint32_t) (uv_hrtime() / 1000);
+}
+
+/* The scheduler's clock in ms: uv_hrtime(), or the manual clock. */
+static inline uint64_t uvs__clock_ms(const uvs_sched_t* s) {
+  if (s->manual_clock)
+    return __atomic_load_n(&s->manual_now, __ATOMIC_ACQUIRE);
+  return uv_hrtime() / 1000000;
+}
 
 /* ---- post.c ------------------------------------------------------------ */
 /* Lock held. */

@@ -141,6 +141,12 @@ int uvs_post(uvs_worker_t* w, void (*fn)(void* arg), void* arg) {
       node->task.run_cb = post_run;
       node->task.done_cb = NULL;
       err = uvs__schedule_node(w, &node->task);
+      if (err != 0) {
+        /* A bounded worker was full: the node goes back unused. */
+        uv_mutex_lock(&s->lock);
+        uvs__post_release(s, &node->task);
+        uv_mutex_unlock(&s->lock);
+      }
     }
   }
   if (foreign)

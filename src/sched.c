@@ -144,11 +144,6 @@ static UVS__TLS uvs_task_t* batch_slots[UVS__BATCH];
 static void process(uvs_sched_t* s, int what);
 
 
-uint64_t uvs__now_ms(void) {
-  return uv_hrtime() / 1000000;
-}
-
-
 int uvs__on_loop_thread(const uvs_sched_t* s) {
   return uvs__is_thread(&s->thread);
 }
@@ -373,6 +368,7 @@ int uvs__cancel_locked(uvs_sched_t* s, uvs_task_t* t) {
      * re-arms, which is cheaper than re-arming on every cancel. */
     uvs__timers_remove(s->timers, t);
     uvs__queue_remove(&t->node);
+    t->worker->ndelayed--;
     uvs__drop(s, t, UV_ECANCELED);
     return 0;
   }
@@ -395,6 +391,7 @@ int uvs__cancel_locked(uvs_sched_t* s, uvs_task_t* t) {
                                      __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
       return UV_EBUSY; /* the drain took it: running */
   }
+  uvs__unqueued(t->worker);
   uvs__drop(s, t, UV_ECANCELED);
   return 0;
 }
@@ -405,7 +402,7 @@ int uvs__cancel_locked(uvs_sched_t* s, uvs_task_t* t) {
 static void coalesce(uvs_task_t* t) {
   uint64_t now;
 
-  now = uvs__now_ms();
+  now = uvs__clock_ms(t->worker->sched);
   if (now >= t->due + t->period)
     t->due += (now - t->due) / t->period * t->period;
 }
@@ -423,7 +420,7 @@ static void finish_periodic(uvs_sched_t* s, uvs_worker_t* w, uvs_task_t* t) {
   }
   /* Fixed rate: the next grid point, or, if the run overran it, the latest
    * grid point passed, which stands for all those missed meanwhile. */
-  now = uvs__now_ms();
+  now = uvs__clock_ms(s);
   next = t->due + t->period;
   if (next <= now)
     next = t->due + (now - t->due) / t->period * t->period;
@@ -431,6 +428,7 @@ static void finish_periodic(uvs_sched_t* s, uvs_worker_t* w, uvs_task_t* t) {
   uvs__task_update(t, UVS__T_MASK, UVS__T_DELAYED);
   uvs__timers_insert(s->timers, t);
   uvs__queue_push(&w->delayed, &t->node);
+  w->ndelayed++;
   uvs__timer_needed(s, next);
 }
 
@@ -454,7 +452,9 @@ static void run_one(uvs_sched_t* s,
       uvs__store(&t->state, UVS__T_FINISHED);
     uvs__tls.current = t;
     uvs__tls.rescheduled = 0;
+    uvs__store_relaxed(&w->running, 1);
     t->run_cb(t);
+    uvs__store_relaxed(&w->running, 0);
     uvs__tls.current = NULL;
     if (st & UVS__T_POST)
       uvs__queue_push(posts, &t->node);
@@ -465,7 +465,9 @@ static void run_one(uvs_sched_t* s,
     coalesce(t);
   uvs__tls.current = t;
   uvs__tls.rescheduled = 0;
+  uvs__store_relaxed(&w->running, 1);
   t->run_cb(t);
+  uvs__store_relaxed(&w->running, 0);
   rescheduled = uvs__tls.rescheduled;
   uvs__tls.current = NULL;
   uvs__bump(&w->nran);
@@ -536,6 +538,34 @@ static int linger(uvs_sched_t* s, uvs_worker_t* w) {
 }
 
 
+/* run_one() for a worker that counts its queued tasks (bounded, or with
+ * metrics): one out of the queue, room for a producer, and with metrics
+ * the wait since it became ready and the run's length. */
+static void run_counted(uvs_sched_t* s,
+                        uvs_worker_t* w,
+                        uvs_task_t* t,
+                        uvs__queue_t* posts,
+                        chain_t* done) {
+  uint64_t start;
+  uint32_t ready;
+
+  uvs__store(&w->q_out_run, uvs__load_relaxed(&w->q_out_run) + 1);
+  if (w->max_pending != 0)
+    uvs__space_check(w, 0);
+  if (!w->metrics) {
+    run_one(s, w, t, posts, done);
+    return;
+  }
+  start = uv_hrtime();
+  ready = (uint32_t) t->status;
+  uvs__hist_add(&w->hist_wait,
+                (uint64_t) (uint32_t) ((uint32_t) (start / 1000) - ready) *
+                    1000);
+  run_one(s, w, t, posts, done);
+  uvs__hist_add(&w->hist_run, uv_hrtime() - start);
+}
+
+
 /* A drain that stops before the end of its batch (its slice passed) puts
  * the tasks it did not start back at the head of the FIFO, in order. Lock
  * held: a cancel can't be swapping one of these slots meanwhile. */
@@ -598,6 +628,7 @@ static void drain(uvs_worker_t* w) {
   ran = 0;
   started = 0;
   over = 0;
+  uvs__tls.draining = 1;
   done.newest = NULL;
   done.oldest = NULL;
   uvs__queue_init(&posts);
@@ -640,11 +671,15 @@ static void drain(uvs_worker_t* w) {
         continue;
       if (cancelling(w)) {
         uv_mutex_lock(&s->lock);
+        uvs__unqueued(w);
         uvs__drop(s, t, UV_ECANCELED);
         uv_mutex_unlock(&s->lock);
         continue;
       }
-      run_one(s, w, t, &posts, &done);
+      if (uvs__counting(w))
+        run_counted(s, w, t, &posts, &done);
+      else
+        run_one(s, w, t, &posts, &done);
       started = 1;
     }
     /* The batch's hand-backs in one go, in the order the tasks ran. */
@@ -666,6 +701,7 @@ static void drain(uvs_worker_t* w) {
     w->batch_len = 0;
   }
   uv_mutex_unlock(&s->lock);
+  uvs__tls.draining = 0;
 }
 
 
@@ -693,10 +729,34 @@ static void after_drain(uvs_worker_t* w) {
 
 /* A delayed task fell due: it joins the tail of its worker's queue. */
 static void fire(void* ctx, uvs_task_t* t) {
+  uvs_worker_t* w;
+  uvs_sched_t* s;
+  uint64_t now;
+
   (void) ctx;
+  w = t->worker;
+  s = w->sched;
   uvs__queue_remove(&t->node);
+  w->ndelayed--;
+  if (uvs__counting(w) && uvs__admit(w, 1) != 0) {
+    /* Full, and the worker rejects: a periodic task skips this grid
+     * point, a one-shot is handed back. */
+    if (uvs__load_relaxed(&t->state) & UVS__T_PERIODIC) {
+      now = uvs__clock_ms(s);
+      t->due += (now >= t->due ? (now - t->due) / t->period + 1 : 1) *
+                t->period;
+      uvs__timers_insert(s->timers, t);
+      uvs__queue_push(&w->delayed, &t->node);
+      w->ndelayed++;
+    } else {
+      w->ndropped++;
+      uvs__drop(s, t, UV_ENOBUFS);
+    }
+    return;
+  }
   uvs__task_update(t, UVS__T_MASK, UVS__T_QUEUED);
-  uvs__worker_push(t->worker, t, 1);
+  uvs__mark_ready(w, t);
+  uvs__worker_push(w, t, 1);
 }
 
 
@@ -704,7 +764,8 @@ static void fire(void* ctx, uvs_task_t* t) {
 static void fire_timers(uvs_sched_t* s) {
   /* uv_timer may fire up to a ms early, and the loop's cached time lags:
    * compare with the real clock. */
-  uvs__timers_expire(s->timers, uvs__now_ms(), fire, NULL);
+  if (!s->manual_clock)
+    uvs__timers_expire(s->timers, uvs__clock_ms(s), fire, NULL);
 }
 
 
@@ -722,7 +783,8 @@ static void rearm_timer(uvs_sched_t* s) {
   uint64_t timeout;
 
   s->timer_asked = UINT64_MAX;
-  due = uvs__timers_next(s->timers);
+  /* A manual clock moves only with uvs_clock_advance(). */
+  due = s->manual_clock ? UINT64_MAX : uvs__timers_next(s->timers);
   if (due == UINT64_MAX) {
     uv_timer_stop(&s->timer);
     s->timer_due = UINT64_MAX;
@@ -734,7 +796,7 @@ static void rearm_timer(uvs_sched_t* s) {
    * fires at the next timer phase; otherwise at least 1 ms, so that a clock
    * that lags the real one can't make us spin. */
   loop_now = uv_now(s->loop);
-  if (due <= uvs__now_ms())
+  if (due <= uvs__clock_ms(s))
     timeout = 0;
   else if (due > loop_now)
     timeout = due - loop_now;
@@ -978,6 +1040,25 @@ static int finish_closes(uvs_sched_t* s) {
 }
 
 
+/* Bounded workers that were full and fell to low_water: space_cb. */
+static void call_space_cbs(uvs_sched_t* s) {
+  uvs__queue_t* q;
+  uvs_worker_t* w;
+
+  if (uvs__queue_empty(&s->space))
+    return; /* a loop-thread-only peek; kicks bring us back */
+  uv_mutex_lock(&s->lock);
+  while ((q = uvs__queue_shift(&s->space)) != NULL) {
+    w = uvs__container_of(q, uvs_worker_t, space_node);
+    w->space_owed = 0;
+    uv_mutex_unlock(&s->lock);
+    w->space_cb(w);
+    uv_mutex_lock(&s->lock);
+  }
+  uv_mutex_unlock(&s->lock);
+}
+
+
 static void process(uvs_sched_t* s, int what) {
   int more;
 
@@ -992,6 +1073,7 @@ static void process(uvs_sched_t* s, int what) {
   if (what & LOOP_TURN)
     run_loop_workers(s);
   deliver(s);
+  call_space_cbs(s);
   if (finish_closes(s))
     return;
 
@@ -1028,7 +1110,11 @@ int uvs_sched_init(uv_loop_t* loop,
   /* Everything but the user's data field. */
   memset((char*) s + offsetof(uvs_sched_t, loop), 0,
          sizeof(*s) - offsetof(uvs_sched_t, loop));
-  err = uvs__timers_init(&s->timers, uvs__now_ms());
+  if (options != NULL && options->manual_clock) {
+    s->manual_clock = 1;
+    uvs__store(&s->manual_now, uv_hrtime() / 1000000);
+  }
+  err = uvs__timers_init(&s->timers, uvs__clock_ms(s));
   if (err != 0)
     return err;
   err = uv_mutex_init(&s->lock);
@@ -1060,6 +1146,7 @@ int uvs_sched_init(uv_loop_t* loop,
   uvs__queue_init(&s->closed);
   uvs__queue_init(&s->ready);
   uvs__queue_init(&s->loop_ready);
+  uvs__queue_init(&s->space);
   uvs__store(&s->done_top, NULL);
   s->handles = 3;
   s->timer_due = UINT64_MAX;
@@ -1111,9 +1198,37 @@ uint64_t uvs_now(const uvs_sched_t* sched) {
   if (sched == NULL)
     return 0;
   s = (uvs_sched_t*) sched;
+  if (s->manual_clock)
+    return uvs__clock_ms(s);
   if (uvs__load(&s->state) != UVS__S_CLOSED && uvs__on_loop_thread(s))
     publish_now(s);
   return uvs__load(&s->now);
+}
+
+
+int uvs_clock_advance(uvs_sched_t* s, uint64_t ms) {
+  uint64_t target;
+  uint64_t next;
+
+  if (s == NULL || !s->manual_clock || ms > UVS__MAX_MS)
+    return UV_EINVAL;
+  if (uvs__load(&s->state) == UVS__S_CLOSED || !uvs__on_loop_thread(s))
+    return UV_EINVAL;
+  uv_mutex_lock(&s->lock);
+  target = uvs__load_relaxed(&s->manual_now) + ms;
+  /* Step to each time something is due (or the wheel must cascade), so
+   * that tasks fire in due order and periodic ones see the clock of their
+   * own grid point, as if the time had passed. */
+  while ((next = uvs__timers_next(s->timers)) <= target) {
+    if (next > uvs__load_relaxed(&s->manual_now))
+      uvs__store(&s->manual_now, next);
+    uvs__timers_expire(s->timers, uvs__load_relaxed(&s->manual_now), fire,
+                       NULL);
+  }
+  uvs__store(&s->manual_now, target);
+  uvs__kick(s);
+  uv_mutex_unlock(&s->lock);
+  return 0;
 }
 
 

@@ -4,7 +4,6 @@
 
 #include <sched.h>
 
-#define UVS__MAX_MS ((uint64_t) 1 << 40)
 
 UVS__TLS struct uvs__tls_s uvs__tls;
 unsigned long uvs__cancels;
@@ -123,10 +122,19 @@ static int accept_now(uvs_worker_t* w, uvs_task_t* t, unsigned flags) {
   /* A post node is the library's own and nobody else can name it: nothing
    * to claim it from. */
   claimed = 0;
+  prev = 0;
   if (!(flags & UVS__T_POST)) {
     err = claim(t, &claimed, &prev);
     if (err != 0)
       return err;
+  }
+  if (uvs__counting(w)) {
+    err = uvs__admit(w, 0);
+    if (err != 0) {
+      if (!(flags & UVS__T_POST))
+        unclaim(t, claimed, prev);
+      return err;
+    }
   }
   /* The worker (release) after the claim, the state (release) last: a cancel
    * that sees this worker sees the claim, and one that sees the state sees
@@ -135,6 +143,7 @@ static int accept_now(uvs_worker_t* w, uvs_task_t* t, unsigned flags) {
   t->period = 0;
   t->due = 0;
   t->status = 0;
+  uvs__mark_ready(w, t);
   t->node.prev = NULL; /* on its way to the inbox */
   publish(t, claimed, flags | UVS__T_QUEUED);
   uvs__worker_push(w, t, 0);
@@ -170,13 +179,18 @@ static int accept_later(uvs_worker_t* w,
     uvs__store(&t->worker, w);
     t->period = period_ms;
     t->status = 0;
-    /* Due times round up to the ms, so that due * 1e6 >= t_call + delay. */
-    t->due = (t_call + 999999) / 1000000 + delay_ms;
+    /* Due times round up to the ms, so that due * 1e6 >= t_call + delay.
+     * A manual clock stands still between advances: now is exact. */
+    if (s->manual_clock)
+      t->due = uvs__clock_ms(s) + delay_ms;
+    else
+      t->due = (t_call + 999999) / 1000000 + delay_ms;
     publish(t, claimed,
             (period_ms != 0 ? UVS__T_PERIODIC : 0) | UVS__T_DELAYED);
     uvs__timers_insert(s->timers, t);
     uvs__queue_push(&w->delayed, &t->node);
     w->nsched++;
+    w->ndelayed++;
     uvs__timer_needed(s, t->due);
   }
   uv_mutex_unlock(&s->lock);

@@ -44,11 +44,11 @@ uint64_t uvs__worker_pending(uvs_worker_t* w) {
 }
 
 
-int uvs_worker_init(uvs_sched_t* s, uvs_worker_t* w, uvs_where_t where) {
+int uvs__worker_init(uvs_sched_t* s,
+                     uvs_worker_t* w,
+                     uvs_where_t where,
+                     const uvs_worker_options_t* o) {
   int err;
-
-  if (s == NULL || w == NULL || (where != UVS_POOL && where != UVS_LOOP))
-    return UV_EINVAL;
 
   uvs__add(&s->inflight, 1);
   err = UV_ESHUTDOWN;
@@ -61,9 +61,21 @@ int uvs_worker_init(uvs_sched_t* s, uvs_worker_t* w, uvs_where_t where) {
     w->sched = s;
     w->where = where;
     w->thread = s->thread;
+    if (o != NULL) {
+      w->width = o->width > 1 ? o->width : 1;
+      w->max_pending = o->max_pending;
+      w->on_full = o->on_full;
+      w->low_water = o->low_water;
+      w->space_cb = o->space_cb;
+      w->metrics = o->metrics != 0;
+    } else {
+      w->width = 1;
+    }
     uvs__inbox_init(w);
     uvs__queue_init(&w->delayed);
     uvs__queue_init(&w->ready_node);
+    uvs__queue_init(&w->waiters);
+    uvs__queue_init(&w->space_node);
     uvs__queue_push(&s->workers, &w->list_node);
     err = 0;
   }
@@ -74,6 +86,13 @@ out:
 }
 
 
+int uvs_worker_init(uvs_sched_t* s, uvs_worker_t* w, uvs_where_t where) {
+  if (s == NULL || w == NULL || (where != UVS_POOL && where != UVS_LOOP))
+    return UV_EINVAL;
+  return uvs__worker_init(s, w, where, NULL);
+}
+
+
 void uvs__worker_close_sweep(uvs_worker_t* w) {
   uvs_sched_t* s;
   uvs_task_t* t;
@@ -81,16 +100,20 @@ void uvs__worker_close_sweep(uvs_worker_t* w) {
 
   s = w->sched;
   uvs__inbox_flush(w);
-  while ((t = uvs__inbox_take(w, 1)) != NULL)
+  while ((t = uvs__inbox_take(w, 1)) != NULL) {
+    uvs__unqueued(w);
     uvs__drop(s, t, UV_ECANCELED);
+  }
   /* Tasks of a running drain's batch that it has not taken yet. */
   for (i = 0; i < w->batch_len; i++) {
     t = __atomic_load_n(&w->batch[i], __ATOMIC_ACQUIRE);
     if (t == UVS__SLOT_TAKEN || t == UVS__SLOT_TOMB)
       continue;
     if (__atomic_compare_exchange_n(&w->batch[i], &t, UVS__SLOT_TOMB, 0,
-                                    __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+                                    __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+      uvs__unqueued(w);
       uvs__drop(s, t, UV_ECANCELED);
+    }
   }
 }
 
@@ -111,14 +134,22 @@ void uvs__worker_close_locked(uvs_worker_t* w,
   w->close_cb = cb;
   uvs__queue_remove(&w->list_node);
   uvs__queue_push(&s->closing, &w->list_node);
+  /* Blocked producers answer UV_ESHUTDOWN; no space_cb once closing. */
+  uvs__wake_all(w);
+  uvs__queue_remove(&w->space_node);
+  w->space_owed = 0;
 
   /* Delayed tasks: draining runs those already due; the rest never run. */
-  now = uvs__now_ms();
+  now = uvs__clock_ms(s);
   while ((q = uvs__queue_shift(&w->delayed)) != NULL) {
     t = uvs__container_of(q, uvs_task_t, node);
     uvs__timers_remove(s->timers, t);
+    w->ndelayed--;
     if (how == UVS_DRAIN && t->due <= now) {
       uvs__task_update(t, UVS__T_MASK, UVS__T_QUEUED);
+      if (uvs__counting(w))
+        uvs__add(&w->q_in, 1); /* a close may overfill: it runs them all */
+      uvs__mark_ready(w, t);
       uvs__worker_push(w, t, 1);
     } else {
       uvs__drop(s, t, UV_ECANCELED);

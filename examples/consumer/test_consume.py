@@ -1,13 +1,24 @@
 #!/usr/bin/env python3
-"""Suite 'install': build and run consumer.c the two ways users get uvsched.
+"""Suite 'install': build and run consumer.c the ways users get uvsched.
 
-  test_consume.py pkg-config|subproject --compiler CC --sanitize B_SANITIZE
-                  --meson MESON --source-root DIR --build-root DIR
+  test_consume.py pkg-config|prefix|subproject --compiler CC
+                  --sanitize B_SANITIZE --meson MESON --source-root DIR
+                  --build-root DIR
 
 pkg-config: `meson install --destdir TMP` from the build root, then
   cc consumer.c $(pkg-config --cflags --libs uvsched) with PKG_CONFIG_PATH at
   the installed uvsched.pc and PKG_CONFIG_SYSROOT_DIR=TMP, and run it with
   LD_LIBRARY_PATH at the installed library (ldd must resolve it there).
+prefix: the README's recipe for a prefix of one's own, run as it stands
+  (the sh block after the "install-recipe" marker in README.md): a copy of
+  the source tree, HOME=TMP/home, consumer.c as app.c. So it configures a
+  build with --prefix=$HOME/opt/uvsched, runs the real `meson install`
+  (no --destdir), finds the libdir with `meson introspect`, builds with
+  pkg-config and an rpath and without one, and runs both. Then checks that
+  the files landed under the prefix and that the rpath build loads the
+  installed libuvsched.so without LD_LIBRARY_PATH. This build is the
+  recipe's own (the default compiler, no sanitizers), not the one under
+  test.
 subproject: copy project/meson.build and consumer.c to TMP, link
   TMP/subprojects/uvsched to the source root, configure with
   --force-fallback-for=uvsched, build, and run the consumer.
@@ -78,6 +89,85 @@ def by_pkg_config(args, tmp):
     return 0
 
 
+RECIPE_MARKER = "<!-- install-recipe:"
+
+
+def readme_recipe(source_root):
+    """The sh block that follows the install-recipe marker in README.md."""
+    with open(os.path.join(source_root, "README.md"), encoding="utf-8") as f:
+        lines = f.read().split("\n")
+    for i, line in enumerate(lines):
+        if line.startswith(RECIPE_MARKER):
+            break
+    else:
+        raise SystemExit("FAILED: README.md has no %r marker" % RECIPE_MARKER)
+    if i + 1 >= len(lines) or lines[i + 1].strip() != "```sh":
+        raise SystemExit("FAILED: no ```sh block right after the marker")
+    block = []
+    for line in lines[i + 2:]:
+        if line.strip() == "```":
+            return "\n".join(block) + "\n"
+        block.append(line)
+    raise SystemExit("FAILED: the recipe's ```sh block is not closed")
+
+
+def copy_source(source_root, dest):
+    """The source tree without build directories and VCS data."""
+    def ignore(d, names):
+        if os.path.realpath(d) == os.path.realpath(source_root):
+            return [n for n in names if n.startswith("build") or n == ".git"]
+        return [n for n in names if n == "__pycache__"]
+    shutil.copytree(source_root, dest, ignore=ignore, symlinks=True)
+
+
+def by_prefix(args, tmp):
+    if shutil.which("pkg-config") is None:
+        print("pkg-config is not installed")
+        return 77
+    recipe = readme_recipe(args.source_root)
+    src = os.path.join(tmp, "uvsched")
+    home = os.path.join(tmp, "home")
+    os.makedirs(home)
+    copy_source(args.source_root, src)
+    shutil.copy(os.path.join(HERE, "consumer.c"), os.path.join(src, "app.c"))
+    script = os.path.join(tmp, "recipe.sh")
+    with open(script, "w", encoding="utf-8") as f:
+        f.write("set -euxo pipefail\n" + recipe)
+    env = dict(os.environ)
+    env["HOME"] = home
+    # Only what the recipe sets: no uvsched from elsewhere.
+    for var in ("PKG_CONFIG_PATH", "PKG_CONFIG_SYSROOT_DIR",
+                "LD_LIBRARY_PATH", "LIBRARY_PATH", "CPATH", "DESTDIR"):
+        env.pop(var, None)
+    env["PATH"] = os.path.dirname(os.path.realpath(args.meson)) + \
+        os.pathsep + env.get("PATH", "")
+    out = run(["bash", script], cwd=src, env=env)
+    if out.count("consumer: uvsched ") != 2:
+        raise SystemExit("FAILED: the recipe did not run the consumer twice")
+
+    prefix = os.path.join(home, "opt", "uvsched")
+    pcs = glob.glob(os.path.join(prefix, "**", "uvsched.pc"), recursive=True)
+    libs = glob.glob(os.path.join(prefix, "**", "libuvsched.so.0"),
+                     recursive=True)
+    if len(pcs) != 1 or len(libs) != 1 or not os.path.exists(
+            os.path.join(prefix, "include", "uvsched.h")):
+        raise SystemExit("FAILED: meson install did not put uvsched.pc %r, "
+                         "libuvsched.so.0 %r and uvsched.h under %s"
+                         % (pcs, libs, prefix))
+    # The rpath build finds the installed library by itself.
+    resolved = run(["ldd", os.path.join(src, "app")], env=env)
+    want = os.path.realpath(libs[0])
+    for line in resolved.splitlines():
+        if "libuvsched.so" in line:
+            got = line.split("=>")[-1].split("(")[0].strip()
+            if os.path.realpath(got) == want:
+                break
+            raise SystemExit("FAILED: app loads %s, not %s" % (got, want))
+    else:
+        raise SystemExit("FAILED: ldd does not list libuvsched.so for app")
+    return 0
+
+
 def by_subproject(args, tmp):
     proj = os.path.join(tmp, "consumer")
     os.makedirs(os.path.join(proj, "subprojects"))
@@ -104,7 +194,7 @@ def by_subproject(args, tmp):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("how", choices=["pkg-config", "subproject"])
+    ap.add_argument("how", choices=["pkg-config", "prefix", "subproject"])
     ap.add_argument("--compiler", default="cc")
     ap.add_argument("--sanitize", default="none")
     ap.add_argument("--meson", default="meson")
@@ -115,6 +205,8 @@ def main():
     try:
         if args.how == "pkg-config":
             rc = by_pkg_config(args, tmp)
+        elif args.how == "prefix":
+            rc = by_prefix(args, tmp)
         else:
             rc = by_subproject(args, tmp)
     finally:

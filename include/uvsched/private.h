@@ -21,8 +21,9 @@ struct uvs__queue_s {
   uvs_worker_t* worker;                                                        \
   uint64_t due;    /* ms on the uv_hrtime() clock */                           \
   uint64_t period; /* ms; 0 for one-shot */                                    \
+  uint64_t key;    /* uvs_task_set_key; 0 = none */                           \
   unsigned state;                                                              \
-  int status;
+  int status; /* the hand-back's; while queued, when it became ready (us) */
 
 #define UVS_WORKER_PRIVATE_FIELDS                                              \
   /* Producer side: written by schedule calls on any thread. */                \
@@ -50,7 +51,32 @@ struct uvs__queue_s {
   /* Under the lock. */                                                        \
   uint64_t nsched; /* accepted: delayed, or moved out of the inbox */          \
   uint64_t nended;                                                             \
-  uint64_t ncancelled;
+  uint64_t ncancelled;                                                         \
+  /* 0.2 (uvs_worker_init_ex). Options, set at init. */                        \
+  size_t max_pending;                                                          \
+  size_t low_water;                                                            \
+  uvs_worker_space_cb space_cb;                                                \
+  unsigned width;                                                              \
+  unsigned on_full;                                                            \
+  int metrics;                                                                 \
+  /* Queued tasks, counted where a bound or metrics need it: in by           \
+   * producers (atomic), out by the drain and by holders of the lock. */       \
+  uint64_t q_in;                                                               \
+  uint64_t q_out_run;                                                          \
+  uint64_t q_out_lock;                                                         \
+  uint64_t queued_max; /* atomic */                                            \
+  uint64_t ndelayed;   /* under the lock */                                    \
+  uint64_t nrejected;  /* atomic */                                            \
+  uint64_t ndropped;   /* under the lock */                                    \
+  unsigned running;    /* atomic */                                            \
+  unsigned full;       /* atomic: was full, space_cb owed at low_water */      \
+  unsigned nwaiters;   /* stores under the lock */                             \
+  unsigned space_owed; /* under the lock */                                    \
+  struct uvs__queue_s waiters;    /* uvs_schedule_wait callers, FIFO */        \
+  struct uvs__queue_s space_node; /* on sched->space */                        \
+  struct uvs__keys_s* keys;       /* width > 1: keys with a task running */   \
+  uvs_hist_t hist_wait;                                                        \
+  uvs_hist_t hist_run;
 
 #define UVS_SCHED_PRIVATE_FIELDS                                               \
   uv_async_t async;                                                            \
@@ -64,6 +90,7 @@ struct uvs__queue_s {
   struct uvs__queue_s closed;     /* closed while the scheduler closes */      \
   struct uvs__queue_s ready;      /* pool workers waiting for a drain */       \
   struct uvs__queue_s loop_ready; /* loop workers with work */                 \
+  struct uvs__queue_s space;      /* workers owed a space_cb */                \
   struct uvs__queue_s* done_top;  /* atomic: stack of handed-back tasks */     \
   struct uvs__timers_s* timers;                                                \
   void* post_free;                                                             \
@@ -82,6 +109,8 @@ struct uvs__queue_s {
   unsigned async_sent; /* atomic */                                            \
   unsigned inflight;   /* atomic: callers inside the API on this scheduler */ \
   unsigned handles;    /* libuv handles still open */                          \
-  int keep_alive;
+  int keep_alive;                                                              \
+  int manual_clock;                                                            \
+  uint64_t manual_now; /* atomic: ms, with manual_clock */
 
 #endif /* UVSCHED_PRIVATE_H */
