@@ -582,9 +582,6 @@ static void work_run(uvs_task_t* task) {
 }
 
 
-static void conn_space(conn_t* conn);
-
-
 /* On the loop thread, once the task is handed back. */
 static void work_done(uvs_task_t* task, int status) {
   request_t* req = (request_t*) task;
@@ -637,22 +634,16 @@ static void work_done(uvs_task_t* task, int status) {
     answer(conn, req);
   }
   conn_flush_soon(conn);
-  conn_space(conn);
 }
 
 
-/* Backpressure: the one place that knows how a connection's worker is
- * bounded. Returns 0 if the task was accepted, UV_EAGAIN if the worker is
- * full (then conn_space() runs once there is room again), or another error.
- *
- * The cap is kept here, on the loop thread, with the connection's own count
- * of tasks not yet handed back: --max-inflight of them at most, and room
- * again when the count falls to half of that. */
+/* Backpressure: the worker is bounded (uvs_worker_init_ex, max_pending =
+ * --max-inflight, UVS_FULL_REJECT), so this returns UV_EAGAIN when it is
+ * full, and on_space() runs on the loop thread once it has drained to half.
+ * Returns 0 if the task was accepted, or another error. */
 static int conn_schedule(conn_t* conn, request_t* req) {
   int rc;
 
-  if (conn->inflight >= conn->server->lim.max_inflight)
-    return UV_EAGAIN;
   req->tseq = conn->next_tseq++; /* The task may run before schedule returns */
   rc = uvs_task_init(&req->task, work_run, work_done);
   if (rc == 0)
@@ -668,13 +659,16 @@ static int conn_schedule(conn_t* conn, request_t* req) {
 }
 
 
-/* A task of conn was handed back: room for a stalled request? */
-static void conn_space(conn_t* conn) {
+/* The worker has room again (space_cb, on the loop thread): schedule the
+ * request it refused, then parse on and read again. The worker's memory is
+ * the connection's, which lives until the worker's close callback, and no
+ * space_cb runs once the worker is closing. */
+static void on_space(uvs_worker_t* worker) {
+  conn_t* conn = worker->data;
   request_t* req;
   int rc;
 
-  if (conn->closing || conn->stalled == NULL ||
-      conn->inflight > conn->server->lim.max_inflight / 2)
+  if (conn->closing || conn->stalled == NULL)
     return;
   req = conn->stalled;
   conn->stalled = NULL;
@@ -716,6 +710,8 @@ static int conn_submit(conn_t* conn, request_t* req) {
   if (rc == 0)
     return 0;
   if (rc == UV_EAGAIN && req->kind != ANS_CONTINUE) {
+    /* The parser is paused behind it and the connection stops reading
+     * (conn_update) until on_space(). */
     if (conn->stalled != NULL)
       abort(); /* One at a time: the parser is paused behind it. */
     conn->stalled = req;
@@ -878,7 +874,7 @@ static void dispatch(conn_t* conn) {
     }
   }
   if (conn_submit(conn, req) == UV_EAGAIN)
-    http_parser_pause(p, 1); /* Parse on in conn_space(). */
+    http_parser_pause(p, 1); /* Parse on in on_space(). */
 }
 
 
@@ -1070,7 +1066,7 @@ static size_t conn_parse(conn_t* conn, const char* data, size_t len) {
                 : status == 413 || status == 414 || status == 431
                     ? "request too large\n"
                     : "bad request\n");
-    conn_submit(conn, req); /* A full worker: conn_space() sends it. */
+    conn_submit(conn, req); /* A full worker: on_space() sends it. */
     return len;
   }
   if (conn->parser.upgrade)
@@ -1382,6 +1378,7 @@ static void shed(server_t* s, uv_stream_t* listener) {
 static void on_connection(uv_stream_t* listener, int status) {
   server_t* s = listener->data;
   const limits_t* lim = &s->lim;
+  uvs_worker_options_t wopts;
   request_t* req;
   conn_t* conn;
   int reject;
@@ -1422,8 +1419,13 @@ static void on_connection(uv_stream_t* listener, int status) {
   conn->refs = 1;
   rc = uv_accept(listener, (uv_stream_t*) &conn->tcp);
   if (rc == 0 && !reject && s->mode != MODE_INLINE) {
-    rc = uvs_worker_init(&s->sched, &conn->worker,
-                         s->mode == MODE_POOL ? UVS_POOL : UVS_LOOP);
+    memset(&wopts, 0, sizeof(wopts));
+    wopts.max_pending = lim->max_inflight;
+    wopts.on_full = UVS_FULL_REJECT;
+    wopts.low_water = lim->max_inflight / 2;
+    wopts.space_cb = on_space;
+    rc = uvs_worker_init_ex(&s->sched, &conn->worker,
+                            s->mode == MODE_POOL ? UVS_POOL : UVS_LOOP, &wopts);
     if (rc == 0) {
       conn->has_worker = 1;
       conn->refs++;
