@@ -73,7 +73,8 @@ uvs_deb_installed() {
 
 # Lists what is missing for building and testing with gcc, then installs it:
 # the toolchain and libuv for the library; libhttp-parser-dev for the HTTP
-# example (examples/http-pipeline), curl and wrk for its tests and the demo.
+# example (examples/http-pipeline), curl, wrk and h2load (nghttp2-client)
+# for its tests and the demo.
 uvs_install_deps() {
   local missing=() v
   if ! command -v gcc >/dev/null 2>&1; then
@@ -98,6 +99,7 @@ uvs_install_deps() {
   [ -e /usr/include/http_parser.h ] || missing+=(libhttp-parser-dev)
   command -v curl >/dev/null 2>&1 || missing+=(curl)
   command -v wrk >/dev/null 2>&1 || missing+=(wrk)
+  command -v h2load >/dev/null 2>&1 || missing+=(nghttp2-client)
   if [ "${#missing[@]}" -eq 0 ]; then
     return 0
   fi

@@ -37,15 +37,18 @@ def work_body(token, rounds):
 class Server:
     """One http-pipeline process on 127.0.0.1 and a free port."""
 
-    def __init__(self, binary, mode="pool", threads=None, extra=()):
+    def __init__(self, binary, mode="pool", threads=None, extra=(),
+                 env=None, preexec_fn=None):
         args = [binary, "--host", "127.0.0.1", "--port", "0", "--mode", mode]
         if threads:
             args += ["--threads", str(threads)]
-        args += list(extra)
+        args += [str(a) for a in extra]
         self.args = args
         self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL,
                                      stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True)
+                                     stderr=subprocess.PIPE, text=True,
+                                     env=dict(os.environ, **(env or {})),
+                                     preexec_fn=preexec_fn)
         self._stderr = []
         self._err_thread = threading.Thread(target=self._drain_stderr,
                                             daemon=True)

@@ -1,8 +1,8 @@
 /* http-pipeline: an HTTP/1.1 server on libuv where each connection owns a
- * uvsched worker.
+ * uvsched worker, hardened against hostile clients.
  *
  *   http-pipeline [--host ADDR] [--port N] [--mode pool|loop|inline]
- *                 [--threads T]
+ *                 [--threads T] [limits, see --help]
  *
  * GET /work?n=ROUNDS&id=TOKEN  hashes: d = SHA-256(TOKEN), then ROUNDS times
  *                              d = SHA-256(d); answers 200 with the body
@@ -10,9 +10,12 @@
  * GET /health                  answers 200 "ok\n" without any work.
  * GET /stats                   answers 200 with the server's counters (JSON).
  * Anything else: 404 for an unknown path, 405 for a method other than GET,
- * 400 for a request that does not parse or a bad query, 413 for a request
- * line, header block or body over its limit. After a 400 or a 413 the server
- * closes the connection.
+ * 400 for a bad query (or n over --max-rounds), 400 for a request that does
+ * not parse or an HTTP/1.1 request without Host, 414, 431 and 413 for a
+ * request target, header block or body over its limit, 417 for an
+ * expectation other than 100-continue, 505 for an HTTP version other than
+ * 1.0 and 1.1. After an error that is not about the query the server closes
+ * the connection.
  *
  * Each connection owns one worker: UVS_POOL in --mode pool, so that /work runs
  * on libuv's thread pool; UVS_LOOP in --mode loop, the baseline, where the
@@ -20,23 +23,36 @@
  * parser callback, without uvsched, to show what the loop worker costs.
  *
  * Pipelining: a client may send many requests without waiting. They are
- * parsed on the loop thread in order, each /work request becomes a task on
- * the connection's worker (which runs them one at a time, in order), and
- * every request gets a slot in the connection's list of owed responses. A
- * response is written, from done_cb on the loop thread, only when every
- * response before it has been written, so answers always leave in request
- * order, while different connections run in parallel on the pool.
+ * parsed on the loop thread in order. While the connection's worker holds
+ * none of its tasks, an answer that needs no work (/health, an error) is
+ * written at once; otherwise each request becomes a task on the worker (a
+ * task that does nothing when the answer needs no work). The worker runs
+ * them in order and uvsched calls their done_cb in the order they ran (SPEC
+ * guarantee 3), so done_cb appends each answer to the connection's output
+ * and answers leave in request order without a reorder list. The done_cbs of
+ * one loop turn go out together, with one uv_write.
  *
- * Closing: when the client goes away (EOF or an error) the connection closes
+ * Limits (every one is an option; see usage()): a connection stops reading
+ * while its worker is full (--max-inflight) or while its unwritten answers
+ * pass --max-out-bytes, and starts again when they drain; a request must
+ * arrive whole within --header-timeout of its first byte, a kept-alive
+ * connection may idle for --idle-timeout, and a write may make no progress
+ * for at most --write-timeout; beyond --max-conns a connection gets a 503
+ * and is closed; n is at most --max-rounds.
+ *
+ * Closing: on a read error, a timeout or a write error the connection closes
  * its worker with UVS_CANCEL, so its queued work is handed back with
  * UV_ECANCELED and never runs, and a task already running finishes without
- * its answer being written. The connection's memory is freed only after the
- * worker's close callback and the TCP handle's close callback have both run.
+ * its answer being written. An EOF is a half-close: what was received is
+ * still answered, then the server closes. The connection's memory is freed
+ * only after the worker's close callback and the TCP handle's close callback
+ * have both run.
  *
  * The server checks uvsched as it goes (per connection: tasks run in schedule
- * order, never two at once, on the right thread) and, on SIGINT or SIGTERM,
- * closes everything, prints its counters to stderr and exits 0 only if every
- * check held, nothing leaked and uv_loop_close() succeeded.
+ * order, never two at once, on the right thread, and complete in order; the
+ * answers leave in request order) and, on SIGINT or SIGTERM, closes
+ * everything, prints its counters to stderr and exits 0 only if every check
+ * held, nothing leaked and uv_loop_close() succeeded.
  */
 
 #include <uvsched.h>
@@ -48,58 +64,91 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <sys/resource.h>
 
 #define READ_BUF_SIZE 65536
-#define MAX_URL 2048        /* request target */
-#define MAX_HEAD 8192       /* request target plus header fields and values */
-#define MAX_BODY 8192       /* a GET may carry a body; it is read and ignored */
-#define MAX_ID 64           /* the id= token */
-#define MAX_ROUNDS 10000000 /* n= */
-#define MAX_OWED 1024  /* responses owed before a connection stops reading */
-#define MAX_BATCH 64   /* responses per uv_write */
-#define LINGER_MS 2000 /* how long a closing connection waits for EOF */
-#define RESPONSE_MAX 1024
+#define MAX_ID 64 /* the id= token */
+#define NO_DEADLINE UINT64_MAX
 
 typedef enum { MODE_POOL, MODE_LOOP, MODE_INLINE } run_mode_t;
 
 typedef enum { HDR_NONE, HDR_CLOSE, HDR_KEEP_ALIVE } conn_header_t;
 
+/* What a request's answer is made of. */
+typedef enum {
+  ANS_WORK,     /* The digest, computed by the task. */
+  ANS_STATUS,   /* A fixed status and body. */
+  ANS_STATS,    /* /stats, formatted when the answer is due. */
+  ANS_CONTINUE, /* The interim "100 Continue" of the request being read. */
+  ANS_BAD_ROUNDS
+} answer_kind_t;
+
+typedef enum { HEADER_OTHER, HEADER_HOST, HEADER_EXPECT } header_name_t;
+
+typedef enum {
+  DEADLINE_NONE,
+  DEADLINE_HEADER,
+  DEADLINE_IDLE,
+  DEADLINE_WRITE,
+  DEADLINE_LINGER
+} deadline_kind_t;
+
 typedef struct server_s server_t;
 typedef struct conn_s conn_t;
 typedef struct request_s request_t;
 
+typedef struct limits_s {
+  uint64_t max_conns;      /* Connections served at once. */
+  uint64_t max_rejecting;  /* Connections being answered 503 at once. */
+  uint64_t max_inflight;   /* Requests queued on one connection's worker. */
+  uint64_t max_out_bytes;  /* Unwritten answer bytes of one connection. */
+  uint64_t sndbuf;         /* SO_SNDBUF of a connection; 0 = the kernel's. */
+  uint64_t header_timeout; /* ms, from a request's first byte to its end. */
+  uint64_t idle_timeout;   /* ms, a kept-alive connection with nothing owed. */
+  uint64_t write_timeout;  /* ms, a write that makes no progress. */
+  uint64_t linger;         /* ms, waiting for EOF after our half-close. */
+  uint64_t max_rounds;     /* n= of /work. */
+  uint64_t max_url;        /* Bytes of a request target. */
+  uint64_t max_head;       /* Bytes of a request target plus header fields. */
+  uint64_t max_body;       /* Bytes of a body (read and ignored). */
+  uint64_t concurrency;    /* uvs_sched_options_t.max_concurrency. */
+  uint64_t budget;         /* uvs_sched_options_t.budget. */
+} limits_t;
+
 struct request_s {
   uvs_task_t task; /* First member: a uvs_task_t* is also a request_t*. */
   conn_t* conn;
-  request_t* next; /* The connection's owed responses, in request order. */
-  uint64_t seq;    /* The connection's /work requests: 0, 1, 2, ... */
-  uint64_t rounds;
-  int ready; /* out[] holds the response. */
+  uint64_t seq;  /* The connection's requests: 0, 1, 2, ... */
+  uint64_t tseq; /* The connection's tasks: 0, 1, 2, ... */
+  answer_kind_t kind;
+  int status;
+  const char* body;
   conn_header_t conn_header;
+  uint64_t rounds;
   size_t id_len;
   char id[MAX_ID + 1];
   unsigned char digest[SHA256_DIGEST_SIZE];
-  size_t len;
-  char out[RESPONSE_MAX];
 };
 
-typedef struct write_batch_s {
+typedef struct out_write_s {
   uv_write_t req;
   conn_t* conn;
-  request_t* first; /* Linked by next. */
-  unsigned count;
-  uv_buf_t bufs[MAX_BATCH];
-} write_batch_t;
+  char* base;
+  unsigned answers;
+} out_write_t;
 
 struct conn_s {
   uv_tcp_t tcp;
-  uvs_worker_t worker; /* Not used in --mode inline. */
-  uvs_task_t linger;   /* On the server's loop worker, while lingering. */
+  uvs_worker_t worker; /* Not used in --mode inline, nor when rejecting. */
+  uvs_task_t timer;    /* On the server's loop worker: the next deadline. */
   uv_shutdown_t shutdown;
   http_parser parser;
   server_t* server;
@@ -108,56 +157,110 @@ struct conn_s {
   conn_t* flush_next; /* The server's connections with answers to write. */
 
   /* Loop thread only. */
-  request_t* head; /* Owed responses, oldest first. */
-  request_t* tail;
-  unsigned owed; /* Requests parsed whose response is not yet written. */
-  unsigned refs; /* The TCP handle, the worker, the linger task. */
+  unsigned refs; /* The TCP handle, the worker, the timer, the flush list. */
   unsigned live; /* request_t alive, for the leak check. */
+  unsigned inflight;  /* Tasks on the worker, not yet handed back. */
+  unsigned owed;      /* Requests parsed whose final answer is not out yet. */
+  unsigned writes;    /* uv_write requests not yet called back. */
+  request_t* stalled; /* Parsed, refused by the full worker: next to go. */
+  request_t* held;    /* Fault injection only (HTTP_PIPELINE_FAULT). */
+  int has_worker;
+  int rejecting; /* Over --max-conns: a 503, then close. */
   int reading;
+  int write_blocked;
   int flush_queued;
   int closing;
-  int done_parsing; /* After an error or a last request: parse no more. */
+  int done_parsing; /* After an error, a last request or EOF: parse no more. */
+  int peer_eof;
   int lingering;
-  int linger_armed;
+  int fresh;      /* No request started yet. */
+  int in_request; /* Between a request's first byte and its end. */
+  int timer_armed;
+  int timer_cancelling;
   int error_status; /* Set by a parser callback that stops the parse. */
+  uint64_t timer_due;
+  uint64_t request_start;  /* uv_now() of the request's first byte. */
+  uint64_t last_active;    /* uv_now() of the last request end or write. */
+  uint64_t write_progress; /* uv_now() of the last write start or end. */
+  uint64_t linger_start;
+  uint64_t next_seq;
+  uint64_t next_answer;
+  uint64_t next_tseq;
+  uint64_t next_done;
+
+  /* Output not yet handed to uv_write: whole answers, in request order. */
+  char* out;
+  size_t out_len;
+  size_t out_cap;
+  unsigned out_answers;
+
+  /* Input read but not parsed while the connection was stalled. */
+  char* saved;
+  size_t saved_off;
+  size_t saved_len;
+
+  /* Header tracking for Host and Expect. */
   size_t head_bytes;
   size_t body_bytes;
-  size_t url_len;
-  char url[MAX_URL];
-  uint64_t next_seq;
-  uint64_t next_done;
+  header_name_t header;
+  int in_value;
+  int hosts;
+  int expect;
+  size_t name_len;
+  char name[8];
+  size_t expect_len;
+  char expect_value[16];
 
   /* The worker's tasks only, one at a time: no lock (SPEC guarantee 2). */
   uint64_t next_run;
   /* A flag, not a lock: finding it set on entry means two runs overlap. */
   atomic_int busy;
+
+  size_t url_len;
+  char url[]; /* --max-url bytes. */
 };
 
 struct server_s {
   uv_loop_t* loop;
   uv_thread_t loop_thread;
   run_mode_t mode;
+  limits_t lim;
+  int fault_reorder;
   uv_tcp_t listener;
   uv_signal_t sigint;
   uv_signal_t sigterm;
   uvs_sched_t sched;
-  uvs_worker_t timers; /* UVS_LOOP: lingering-close timeouts. */
+  uvs_worker_t timers; /* UVS_LOOP: every connection's deadline. */
   uv_idle_t flusher;   /* Writes what the done_cbs of a loop turn made. */
   conn_t* flush_list;
   conn_t* conns;
   int stopping;
+  uint64_t last_accept_log;
   char read_buf[READ_BUF_SIZE];
 
   /* Loop thread only. */
   uint64_t accepted;
   uint64_t open;
+  uint64_t rejecting;
+  uint64_t rejected;      /* Answered 503 for --max-conns. */
+  uint64_t shed;          /* Closed at once: too many being rejected. */
+  uint64_t accept_errors; /* EMFILE and the like. */
   uint64_t requests;
+  uint64_t tasks;           /* Request tasks accepted by a worker. */
+  uint64_t tasks_ran;       /* ... handed back with 0. */
+  uint64_t tasks_cancelled; /* ... handed back with UV_ECANCELED. */
+  uint64_t tasks_inflight;
   uint64_t responses;
   uint64_t work_done;
   uint64_t cancelled;
-  uint64_t dropped; /* Ran, but the connection was gone: not written. */
-  uint64_t errors;  /* 4xx answers. */
-  uint64_t done_reordered;
+  uint64_t dropped;      /* Ran, but the connection was gone: not written. */
+  uint64_t errors;       /* 4xx and 5xx answers. */
+  uint64_t stalls;       /* A full worker stopped a connection's reading. */
+  uint64_t write_blocks; /* Unwritten answers stopped a connection's reading. */
+  uint64_t half_closes;
+  uint64_t timeouts[DEADLINE_LINGER + 1];
+  uint64_t answers_out_of_order;
+  uint64_t done_out_of_order;
   uint64_t leaks;
 
   /* Written on pool threads. */
@@ -175,8 +278,18 @@ static void fail(const char* what, int rc) {
 }
 
 
+static void* xmalloc(size_t size) {
+  void* p = malloc(size);
+  if (p == NULL)
+    fail("malloc", UV_ENOMEM);
+  return p;
+}
+
+
 static const char* reason(int status) {
   switch (status) {
+    case 100:
+      return "Continue";
     case 200:
       return "OK";
     case 400:
@@ -187,38 +300,72 @@ static const char* reason(int status) {
       return "Method Not Allowed";
     case 413:
       return "Content Too Large";
+    case 414:
+      return "URI Too Long";
+    case 417:
+      return "Expectation Failed";
+    case 431:
+      return "Request Header Fields Too Large";
     case 503:
       return "Service Unavailable";
+    case 505:
+      return "HTTP Version Not Supported";
     default:
       return "Error";
   }
 }
 
 
-/* Formats a whole response into req->out. */
-static void respond(request_t* req, int status, const char* body) {
-  static const char* const conn_headers[] = {"", "Connection: close\r\n",
-                                             "Connection: keep-alive\r\n"};
-  size_t body_len = strlen(body);
+static void out_printf(conn_t* conn, const char* fmt, ...) {
+  va_list ap;
+  size_t room;
   int n;
 
-  n = snprintf(req->out, sizeof(req->out),
-               "HTTP/1.1 %d %s\r\n"
-               "Content-Type: %s\r\n"
-               "Content-Length: %zu\r\n"
-               "%s%s"
-               "\r\n"
-               "%s",
-               status, reason(status),
-               body[0] == '{' ? "application/json" : "text/plain", body_len,
-               status == 405 ? "Allow: GET\r\n" : "",
-               conn_headers[req->conn_header], body);
-  if (n < 0 || (size_t) n >= sizeof(req->out))
-    abort(); /* Every body here is small: a bug, not a request's fault. */
-  req->len = (size_t) n;
-  req->ready = 1;
+  for (;;) {
+    room = conn->out_cap - conn->out_len;
+    va_start(ap, fmt);
+    n = vsnprintf(conn->out + conn->out_len, room, fmt, ap);
+    va_end(ap);
+    if (n < 0)
+      abort();
+    if ((size_t) n < room) {
+      conn->out_len += (size_t) n;
+      return;
+    }
+    conn->out_cap = conn->out_cap * 2 + (size_t) n + 256;
+    conn->out = realloc(conn->out, conn->out_cap);
+    if (conn->out == NULL)
+      fail("realloc", UV_ENOMEM);
+  }
+}
+
+
+/* Appends a whole response to the connection's output. */
+static void respond(conn_t* conn,
+                    conn_header_t conn_header,
+                    int status,
+                    const char* body) {
+  static const char* const conn_headers[] = {"", "Connection: close\r\n",
+                                             "Connection: keep-alive\r\n"};
+  if (conn->out == NULL) {
+    conn->out_cap = 1024;
+    conn->out = xmalloc(conn->out_cap);
+  }
+  out_printf(conn,
+             "HTTP/1.1 %d %s\r\n"
+             "Content-Type: %s\r\n"
+             "Content-Length: %zu\r\n"
+             "%s%s"
+             "\r\n"
+             "%s",
+             status, reason(status),
+             body[0] == '{' ? "application/json" : "text/plain", strlen(body),
+             status == 405   ? "Allow: GET\r\n"
+             : status == 503 ? "Retry-After: 1\r\n"
+                             : "",
+             conn_headers[conn_header], body);
   if (status >= 400)
-    req->conn->server->errors++;
+    conn->server->errors++;
 }
 
 
@@ -228,13 +375,9 @@ static request_t* request_new(conn_t* conn, conn_header_t conn_header) {
     fail("calloc", UV_ENOMEM);
   req->conn = conn;
   req->conn_header = conn_header;
+  req->seq = conn->next_seq++;
   conn->live++;
   conn->owed++;
-  if (conn->tail != NULL)
-    conn->tail->next = req;
-  else
-    conn->head = req;
-  conn->tail = req;
   conn->server->requests++;
   return req;
 }
@@ -246,10 +389,73 @@ static void request_free(request_t* req) {
 }
 
 
+static void request_set(request_t* req, int status, const char* body) {
+  req->kind = ANS_STATUS;
+  req->status = status;
+  req->body = body;
+}
+
+
 static void conn_close(conn_t* conn);
-static void conn_maybe_finish(conn_t* conn);
-static void conn_read_start(conn_t* conn);
-static void conn_flush_soon(conn_t* conn);
+static void conn_update(conn_t* conn);
+static void stats_format(server_t* s, char* body, size_t size);
+
+
+static void work_format(request_t* req, char* body, size_t size) {
+  static const char hex[] = "0123456789abcdef";
+  char digest[2 * SHA256_DIGEST_SIZE + 1];
+  int i;
+
+  for (i = 0; i < SHA256_DIGEST_SIZE; i++) {
+    digest[2 * i] = hex[req->digest[i] >> 4];
+    digest[2 * i + 1] = hex[req->digest[i] & 15];
+  }
+  digest[2 * SHA256_DIGEST_SIZE] = '\0';
+  snprintf(body, size, "id=%s n=%" PRIu64 " sha256=%s\n", req->id, req->rounds,
+           digest);
+}
+
+
+/* Writes req's answer to the output and frees req. The one place answers
+ * enter the output, so the one place their order is checked. */
+static void answer(conn_t* conn, request_t* req) {
+  server_t* s = conn->server;
+  char body[2048];
+
+  if (req->seq != conn->next_answer)
+    s->answers_out_of_order++;
+  switch (req->kind) {
+    case ANS_CONTINUE:
+      /* Interim: the final answer of the same request follows. */
+      if (conn->out == NULL) {
+        conn->out_cap = 1024;
+        conn->out = xmalloc(conn->out_cap);
+      }
+      out_printf(conn, "HTTP/1.1 100 Continue\r\n\r\n");
+      request_free(req);
+      return;
+    case ANS_WORK:
+      work_format(req, body, sizeof(body));
+      respond(conn, req->conn_header, 200, body);
+      break;
+    case ANS_STATS:
+      stats_format(s, body, sizeof(body));
+      respond(conn, req->conn_header, 200, body);
+      break;
+    case ANS_BAD_ROUNDS:
+      snprintf(body, sizeof(body), "n is over the limit of %" PRIu64 "\n",
+               s->lim.max_rounds);
+      respond(conn, req->conn_header, 400, body);
+      break;
+    case ANS_STATUS:
+      respond(conn, req->conn_header, req->status, req->body);
+      break;
+  }
+  conn->next_answer = req->seq + 1;
+  conn->out_answers++;
+  conn->owed--;
+  request_free(req);
+}
 
 
 static void conn_unref(conn_t* conn) {
@@ -258,6 +464,8 @@ static void conn_unref(conn_t* conn) {
     return;
   if (conn->live != 0)
     s->leaks += conn->live;
+  free(conn->out);
+  free(conn->saved);
   free(conn);
 }
 
@@ -273,62 +481,46 @@ static void on_worker_closed(uvs_worker_t* worker) {
 
 
 static void on_write(uv_write_t* wreq, int status) {
-  write_batch_t* batch = (write_batch_t*) wreq;
-  conn_t* conn = batch->conn;
-  request_t* req;
-  request_t* next;
+  out_write_t* w = (out_write_t*) wreq;
+  conn_t* conn = w->conn;
 
-  for (req = batch->first; req != NULL; req = next) {
-    next = req->next;
-    request_free(req);
-  }
-  conn->owed -= batch->count;
+  conn->writes--;
   if (status == 0)
-    conn->server->responses += batch->count;
-  free(batch);
+    conn->server->responses += w->answers;
+  free(w->base);
+  free(w);
   if (conn->closing)
     return;
   if (status < 0) {
     conn_close(conn);
     return;
   }
-  if (!conn->reading && !conn->done_parsing && conn->owed < MAX_OWED / 2)
-    conn_read_start(conn); /* Backpressure off. */
-  conn_maybe_finish(conn);
+  conn->write_progress = conn->last_active = uv_now(conn->server->loop);
+  conn_update(conn);
 }
 
 
-/* Writes the ready responses at the head of the list, in order, up to the
- * first one that is still being computed. */
+/* Hands the output to libuv, with one uv_write. */
 static void conn_flush(conn_t* conn) {
-  write_batch_t* batch;
-  request_t* req;
+  out_write_t* w;
+  uv_buf_t buf;
   int rc;
 
-  while (conn->head != NULL && conn->head->ready) {
-    batch = calloc(1, sizeof(*batch));
-    if (batch == NULL)
-      fail("calloc", UV_ENOMEM);
-    batch->conn = conn;
-    batch->first = conn->head;
-    req = NULL;
-    while (conn->head != NULL && conn->head->ready &&
-           batch->count < MAX_BATCH) {
-      req = conn->head;
-      batch->bufs[batch->count++] = uv_buf_init(req->out, (unsigned) req->len);
-      conn->head = req->next;
-    }
-    req->next = NULL;
-    if (conn->head == NULL)
-      conn->tail = NULL;
-    rc = uv_write(&batch->req, (uv_stream_t*) &conn->tcp, batch->bufs,
-                  batch->count, on_write);
-    if (rc != 0) {
-      /* The handle is unusable: free the batch here, and close. */
-      on_write(&batch->req, rc);
-      return;
-    }
-  }
+  if (conn->closing || conn->out_len == 0)
+    return;
+  w = xmalloc(sizeof(*w));
+  w->conn = conn;
+  w->base = conn->out;
+  w->answers = conn->out_answers;
+  buf = uv_buf_init(conn->out, (unsigned) conn->out_len);
+  conn->out = NULL;
+  conn->out_len = conn->out_cap = 0;
+  conn->out_answers = 0;
+  if (conn->writes++ == 0)
+    conn->write_progress = uv_now(conn->server->loop);
+  rc = uv_write(&w->req, (uv_stream_t*) &conn->tcp, &buf, 1, on_write);
+  if (rc != 0)
+    on_write(&w->req, rc); /* The handle is unusable: frees w, closes. */
 }
 
 
@@ -344,8 +536,11 @@ static void on_flush(uv_idle_t* idle) {
     conn = s->flush_list;
     s->flush_list = conn->flush_next;
     conn->flush_queued = 0;
-    if (!conn->closing)
+    if (!conn->closing) {
       conn_flush(conn);
+      if (!conn->closing)
+        conn_update(conn);
+    }
     conn_unref(conn);
   }
   uv_idle_stop(idle);
@@ -374,32 +569,16 @@ static void work_run(uvs_task_t* task) {
 
   if (atomic_exchange(&conn->busy, 1))
     atomic_fetch_add(&s->overlaps, 1);
-  if (req->seq != conn->next_run)
+  if (req->tseq != conn->next_run)
     atomic_fetch_add(&s->order_violations, 1);
-  conn->next_run = req->seq + 1;
+  conn->next_run = req->tseq + 1;
   if (on_loop != (conn->worker.where == UVS_LOOP))
     atomic_fetch_add(&s->wrong_thread, 1);
 
-  sha256_iterate(req->id, req->id_len, req->rounds, req->digest);
+  if (req->kind == ANS_WORK)
+    sha256_iterate(req->id, req->id_len, req->rounds, req->digest);
 
   atomic_store(&conn->busy, 0);
-}
-
-
-static void work_respond(request_t* req) {
-  static const char hex[] = "0123456789abcdef";
-  char body[MAX_ID + 128];
-  char digest[2 * SHA256_DIGEST_SIZE + 1];
-  int i;
-
-  for (i = 0; i < SHA256_DIGEST_SIZE; i++) {
-    digest[2 * i] = hex[req->digest[i] >> 4];
-    digest[2 * i + 1] = hex[req->digest[i] & 15];
-  }
-  digest[2 * SHA256_DIGEST_SIZE] = '\0';
-  snprintf(body, sizeof(body), "id=%s n=%" PRIu64 " sha256=%s\n", req->id,
-           req->rounds, digest);
-  respond(req, 200, body);
 }
 
 
@@ -409,38 +588,196 @@ static void work_done(uvs_task_t* task, int status) {
   conn_t* conn = req->conn;
   server_t* s = conn->server;
 
+  conn->inflight--;
+  s->tasks_inflight--;
   if (status == 0)
-    s->work_done++;
+    s->tasks_ran++;
   else
-    s->cancelled++;
-  /* Not a guarantee of uvsched's: the response list orders answers anyway. */
-  if (req->seq != conn->next_done)
-    s->done_reordered++;
-  conn->next_done = req->seq + 1;
+    s->tasks_cancelled++;
+  if (req->kind == ANS_WORK) {
+    if (status == 0)
+      s->work_done++;
+    else
+      s->cancelled++;
+  }
+  /* SPEC guarantee 3: done_cb(task, 0) calls of one worker come in run
+   * order. Only a close hands tasks back with UV_ECANCELED, and those are
+   * not ordered against the others. */
+  if (status == 0) {
+    if (req->tseq < conn->next_done ||
+        (req->tseq != conn->next_done && !conn->closing))
+      s->done_out_of_order++;
+    conn->next_done = req->tseq + 1;
+  }
 
   if (conn->closing) {
     /* The connection is gone: never write. */
-    if (status == 0)
+    if (status == 0 && req->kind == ANS_WORK)
       s->dropped++;
     request_free(req);
     return;
   }
-  if (status != 0)
-    respond(req, 503, "cancelled\n");
-  else
-    work_respond(req);
+  if (status != 0) {
+    /* Only a close cancels: the connection must be closing. */
+    request_free(req);
+    conn_close(conn);
+    return;
+  }
+  if (s->fault_reorder && conn->held == NULL && req->tseq % 5 == 2) {
+    conn->held = req; /* Broken on purpose: the order check must see it. */
+    return;
+  }
+  answer(conn, req);
+  if (conn->held != NULL) {
+    req = conn->held;
+    conn->held = NULL;
+    answer(conn, req);
+  }
   conn_flush_soon(conn);
 }
 
 
-/* Parses "n=ROUNDS&id=TOKEN" (any order, other keys ignored). */
-static int parse_query(const char* q, size_t len, request_t* req) {
+/* Backpressure: the worker is bounded (uvs_worker_init_ex, max_pending =
+ * --max-inflight, UVS_FULL_REJECT), so this returns UV_EAGAIN when it is
+ * full, and on_space() runs on the loop thread once it has drained to half.
+ * Returns 0 if the task was accepted, or another error. */
+static int conn_schedule(conn_t* conn, request_t* req) {
+  int rc;
+
+  req->tseq = conn->next_tseq++; /* The task may run before schedule returns */
+  rc = uvs_task_init(&req->task, work_run, work_done);
+  if (rc == 0)
+    rc = uvs_schedule(&conn->worker, &req->task);
+  if (rc != 0) {
+    conn->next_tseq--;
+    return rc;
+  }
+  conn->inflight++;
+  conn->server->tasks++;
+  conn->server->tasks_inflight++;
+  return 0;
+}
+
+
+/* The worker has room again (space_cb, on the loop thread): schedule the
+ * request it refused, then parse on and read again. The worker's memory is
+ * the connection's, which lives until the worker's close callback, and no
+ * space_cb runs once the worker is closing. */
+static void on_space(uvs_worker_t* worker) {
+  conn_t* conn = worker->data;
+  request_t* req;
+  int rc;
+
+  if (conn->closing || conn->stalled == NULL)
+    return;
+  req = conn->stalled;
+  conn->stalled = NULL;
+  rc = conn_schedule(conn, req);
+  if (rc == UV_EAGAIN) {
+    conn->stalled = req;
+    return;
+  }
+  if (rc != 0) {
+    request_free(req);
+    conn_close(conn);
+    return;
+  }
+  conn_update(conn); /* Parses what was kept, reads again. */
+}
+
+
+/* Answers req now if nothing of this connection is on its worker, so that
+ * its answer cannot overtake an earlier one; otherwise queues it behind them
+ * on the worker. Returns UV_EAGAIN, keeping req as conn->stalled, if the
+ * worker is full. */
+static int conn_submit(conn_t* conn, request_t* req) {
+  server_t* s = conn->server;
+  int rc;
+
+  if (s->mode == MODE_INLINE || !conn->has_worker) {
+    if (req->kind == ANS_WORK) {
+      sha256_iterate(req->id, req->id_len, req->rounds, req->digest);
+      s->work_done++;
+    }
+    answer(conn, req);
+    return 0;
+  }
+  if (req->kind != ANS_WORK && conn->inflight == 0 && conn->stalled == NULL) {
+    answer(conn, req);
+    return 0;
+  }
+  rc = conn_schedule(conn, req);
+  if (rc == 0)
+    return 0;
+  if (rc == UV_EAGAIN && req->kind != ANS_CONTINUE) {
+    /* The parser is paused behind it and the connection stops reading
+     * (conn_update) until on_space(). */
+    if (conn->stalled != NULL)
+      abort(); /* One at a time: the parser is paused behind it. */
+    conn->stalled = req;
+    s->stalls++;
+    return rc;
+  }
+  /* An interim answer is optional: a client waits for it only so long. */
+  if (req->kind == ANS_CONTINUE) {
+    request_free(req);
+    return 0;
+  }
+  request_free(req);
+  conn_close(conn);
+  return rc;
+}
+
+
+static void stats_format(server_t* s, char* body, size_t size) {
+  uvs_stats_t st;
+
+  uvs_sched_stats(&s->sched, &st);
+  snprintf(
+      body, size,
+      "{\"mode\":\"%s\",\"accepted\":%" PRIu64 ",\"open\":%" PRIu64
+      ",\"rejected\":%" PRIu64 ",\"shed\":%" PRIu64
+      ",\"accept_errors\":%" PRIu64 ",\"requests\":%" PRIu64
+      ",\"tasks\":%" PRIu64 ",\"tasks_ran\":%" PRIu64
+      ",\"tasks_cancelled\":%" PRIu64 ",\"tasks_inflight\":%" PRIu64
+      ",\"responses\":%" PRIu64 ",\"work_done\":%" PRIu64
+      ",\"cancelled\":%" PRIu64 ",\"dropped\":%" PRIu64 ",\"errors\":%" PRIu64
+      ",\"stalls\":%" PRIu64 ",\"write_blocks\":%" PRIu64
+      ",\"half_closes\":%" PRIu64 ",\"header_timeouts\":%" PRIu64
+      ",\"idle_timeouts\":%" PRIu64 ",\"write_timeouts\":%" PRIu64
+      ",\"linger_timeouts\":%" PRIu64 ",\"order_violations\":%" PRIu64
+      ",\"answers_out_of_order\":%" PRIu64 ",\"done_out_of_order\":%" PRIu64
+      ",\"overlaps\":%" PRIu64 ",\"wrong_thread\":%" PRIu64
+      ",\"uvs_scheduled\":%" PRIu64 ",\"uvs_ran\":%" PRIu64
+      ",\"uvs_cancelled\":%" PRIu64 ",\"uvs_pending\":%" PRIu64 "}\n",
+      s->mode == MODE_POOL   ? "pool"
+      : s->mode == MODE_LOOP ? "loop"
+                             : "inline",
+      s->accepted, s->open, s->rejected, s->shed, s->accept_errors, s->requests,
+      s->tasks, s->tasks_ran, s->tasks_cancelled, s->tasks_inflight,
+      s->responses, s->work_done, s->cancelled, s->dropped, s->errors,
+      s->stalls, s->write_blocks, s->half_closes, s->timeouts[DEADLINE_HEADER],
+      s->timeouts[DEADLINE_IDLE], s->timeouts[DEADLINE_WRITE],
+      s->timeouts[DEADLINE_LINGER],
+      (uint64_t) atomic_load(&s->order_violations), s->answers_out_of_order,
+      s->done_out_of_order, (uint64_t) atomic_load(&s->overlaps),
+      (uint64_t) atomic_load(&s->wrong_thread), st.scheduled, st.ran,
+      st.cancelled, st.pending);
+}
+
+
+/* Parses "n=ROUNDS&id=TOKEN" (any order, other keys ignored). Returns 0,
+ * -1 for a bad query, or -2 for n over --max-rounds. */
+static int parse_query(const char* q,
+                       size_t len,
+                       request_t* req,
+                       uint64_t max_rounds) {
   const char* end = q + len;
   const char* amp;
   const char* eq;
   const char* v;
   size_t klen, vlen, i;
-  int have_n = 0, have_id = 0;
+  int have_n = 0, have_id = 0, over = 0;
   uint64_t n;
 
   while (q < end) {
@@ -453,16 +790,16 @@ static int parse_query(const char* q, size_t len, request_t* req) {
       v = eq + 1;
       vlen = (size_t) (amp - v);
       if (klen == 1 && q[0] == 'n') {
-        if (have_n || vlen == 0 || vlen > 8)
+        if (have_n || vlen == 0)
           return -1;
         n = 0;
         for (i = 0; i < vlen; i++) {
           if (v[i] < '0' || v[i] > '9')
             return -1;
-          n = n * 10 + (uint64_t) (v[i] - '0');
+          if (n <= max_rounds) /* Stops growing: no overflow. */
+            n = n * 10 + (uint64_t) (v[i] - '0');
         }
-        if (n > MAX_ROUNDS)
-          return -1;
+        over = n > max_rounds;
         req->rounds = n;
         have_n = 1;
       } else if (klen == 2 && q[0] == 'i' && q[1] == 'd') {
@@ -483,39 +820,13 @@ static int parse_query(const char* q, size_t len, request_t* req) {
     }
     q = amp + 1;
   }
-  return have_n && have_id ? 0 : -1;
+  if (!have_n || !have_id)
+    return -1;
+  return over ? -2 : 0;
 }
 
 
-static void stats_respond(request_t* req) {
-  server_t* s = req->conn->server;
-  uvs_stats_t st;
-  char body[RESPONSE_MAX - 160];
-
-  uvs_sched_stats(&s->sched, &st);
-  snprintf(body, sizeof(body),
-           "{\"mode\":\"%s\",\"accepted\":%" PRIu64 ",\"open\":%" PRIu64
-           ",\"requests\":%" PRIu64 ",\"responses\":%" PRIu64
-           ",\"work_done\":%" PRIu64 ",\"cancelled\":%" PRIu64
-           ",\"dropped\":%" PRIu64 ",\"order_violations\":%" PRIu64
-           ",\"overlaps\":%" PRIu64 ",\"wrong_thread\":%" PRIu64
-           ",\"uvs_scheduled\":%" PRIu64 ",\"uvs_ran\":%" PRIu64
-           ",\"uvs_cancelled\":%" PRIu64 ",\"uvs_pending\":%" PRIu64 "}\n",
-           s->mode == MODE_POOL   ? "pool"
-           : s->mode == MODE_LOOP ? "loop"
-                                  : "inline",
-           s->accepted, s->open, s->requests, s->responses, s->work_done,
-           s->cancelled, s->dropped,
-           (uint64_t) atomic_load(&s->order_violations),
-           (uint64_t) atomic_load(&s->overlaps),
-           (uint64_t) atomic_load(&s->wrong_thread), st.scheduled, st.ran,
-           st.cancelled, st.pending);
-  respond(req, 200, body);
-}
-
-
-/* A whole request has been parsed: give it its slot in the response list
- * and either answer it now or schedule its work. */
+/* A whole request has been parsed: answer it or queue its work. */
 static void dispatch(conn_t* conn) {
   http_parser* p = &conn->parser;
   server_t* s = conn->server;
@@ -534,46 +845,36 @@ static void dispatch(conn_t* conn) {
   }
   req = request_new(conn, hdr);
 
-  if (p->method != HTTP_GET) {
-    respond(req, 405, "method not allowed\n");
-    return;
-  }
   http_parser_url_init(&u);
-  if (http_parser_parse_url(conn->url, conn->url_len, 0, &u) != 0 ||
-      !(u.field_set & (1 << UF_PATH))) {
-    respond(req, 400, "bad request target\n");
-    return;
-  }
-  path = conn->url + u.field_data[UF_PATH].off;
-  path_len = u.field_data[UF_PATH].len;
-
-  if (path_len == 7 && memcmp(path, "/health", 7) == 0) {
-    respond(req, 200, "ok\n");
-  } else if (path_len == 6 && memcmp(path, "/stats", 6) == 0) {
-    stats_respond(req);
-  } else if (path_len == 5 && memcmp(path, "/work", 5) == 0) {
-    if (!(u.field_set & (1 << UF_QUERY)) ||
-        parse_query(conn->url + u.field_data[UF_QUERY].off,
-                    u.field_data[UF_QUERY].len, req) != 0) {
-      respond(req, 400, "expected /work?n=ROUNDS&id=TOKEN\n");
-      return;
-    }
-    req->seq = conn->next_seq++;
-    if (s->mode == MODE_INLINE) {
-      sha256_iterate(req->id, req->id_len, req->rounds, req->digest);
-      conn->next_done = req->seq + 1;
-      s->work_done++;
-      work_respond(req);
-      return;
-    }
-    rc = uvs_task_init(&req->task, work_run, work_done);
-    if (rc == 0)
-      rc = uvs_schedule(&conn->worker, &req->task);
-    if (rc != 0)
-      respond(req, 503, "cannot schedule\n");
+  if (p->method != HTTP_GET) {
+    request_set(req, 405, "method not allowed\n");
+  } else if (http_parser_parse_url(conn->url, conn->url_len, 0, &u) != 0 ||
+             !(u.field_set & (1 << UF_PATH))) {
+    request_set(req, 400, "bad request target\n");
   } else {
-    respond(req, 404, "not found\n");
+    path = conn->url + u.field_data[UF_PATH].off;
+    path_len = u.field_data[UF_PATH].len;
+    if (path_len == 7 && memcmp(path, "/health", 7) == 0) {
+      request_set(req, 200, "ok\n");
+    } else if (path_len == 6 && memcmp(path, "/stats", 6) == 0) {
+      req->kind = ANS_STATS;
+    } else if (path_len == 5 && memcmp(path, "/work", 5) == 0) {
+      rc = -1;
+      if (u.field_set & (1 << UF_QUERY))
+        rc = parse_query(conn->url + u.field_data[UF_QUERY].off,
+                         u.field_data[UF_QUERY].len, req, s->lim.max_rounds);
+      if (rc == 0)
+        req->kind = ANS_WORK;
+      else if (rc == -2)
+        req->kind = ANS_BAD_ROUNDS;
+      else
+        request_set(req, 400, "expected /work?n=ROUNDS&id=TOKEN\n");
+    } else {
+      request_set(req, 404, "not found\n");
+    }
   }
+  if (conn_submit(conn, req) == UV_EAGAIN)
+    http_parser_pause(p, 1); /* Parse on in on_space(). */
 }
 
 
@@ -585,6 +886,13 @@ static int on_message_begin(http_parser* p) {
   conn->url_len = 0;
   conn->head_bytes = 0;
   conn->body_bytes = 0;
+  conn->in_value = 1; /* So that the first field name starts a name. */
+  conn->header = HEADER_OTHER;
+  conn->hosts = 0;
+  conn->expect = 0;
+  conn->fresh = 0;
+  conn->in_request = 1;
+  conn->request_start = uv_now(conn->server->loop);
   return 0;
 }
 
@@ -592,8 +900,8 @@ static int on_message_begin(http_parser* p) {
 static int on_url(http_parser* p, const char* at, size_t len) {
   conn_t* conn = p->data;
   conn->head_bytes += len;
-  if (conn->url_len + len > sizeof(conn->url)) {
-    conn->error_status = 413;
+  if (conn->url_len + len > conn->server->lim.max_url) {
+    conn->error_status = 414;
     return -1;
   }
   memcpy(conn->url + conn->url_len, at, len);
@@ -602,24 +910,105 @@ static int on_url(http_parser* p, const char* at, size_t len) {
 }
 
 
-static int on_header_bytes(http_parser* p, const char* at, size_t len) {
-  conn_t* conn = p->data;
-  (void) at;
+static int head_bytes(conn_t* conn, size_t len) {
   conn->head_bytes += len;
-  if (conn->head_bytes > MAX_HEAD) {
-    conn->error_status = 413;
+  if (conn->head_bytes > conn->server->lim.max_head) {
+    conn->error_status = 431;
     return -1;
   }
   return 0;
 }
 
 
+/* A field name may come in pieces, split across reads. Only Host and
+ * Expect matter, so only 7 characters are kept. */
+static int on_header_field(http_parser* p, const char* at, size_t len) {
+  conn_t* conn = p->data;
+  size_t i;
+
+  if (head_bytes(conn, len) != 0)
+    return -1;
+  if (conn->in_value) {
+    conn->in_value = 0;
+    conn->name_len = 0;
+  }
+  for (i = 0; i < len; i++, conn->name_len++)
+    if (conn->name_len < sizeof(conn->name))
+      conn->name[conn->name_len] = at[i];
+  return 0;
+}
+
+
+static int on_header_value(http_parser* p, const char* at, size_t len) {
+  conn_t* conn = p->data;
+  size_t i;
+
+  if (head_bytes(conn, len) != 0)
+    return -1;
+  if (!conn->in_value) {
+    conn->in_value = 1;
+    conn->header = HEADER_OTHER;
+    if (conn->name_len == 4 && strncasecmp(conn->name, "host", 4) == 0) {
+      conn->header = HEADER_HOST;
+      conn->hosts++;
+    } else if (conn->name_len == 6 &&
+               strncasecmp(conn->name, "expect", 6) == 0) {
+      conn->header = HEADER_EXPECT;
+      conn->expect = 1;
+      conn->expect_len = 0;
+    }
+  }
+  if (conn->header == HEADER_EXPECT)
+    for (i = 0; i < len; i++, conn->expect_len++)
+      if (conn->expect_len < sizeof(conn->expect_value))
+        conn->expect_value[conn->expect_len] = at[i];
+  return 0;
+}
+
+
+static void send_continue(conn_t* conn) {
+  request_t* req = calloc(1, sizeof(*req));
+  if (req == NULL)
+    fail("calloc", UV_ENOMEM);
+  /* Not a request of its own: it goes out just before the final answer of
+   * the request being read, whose seq it takes. */
+  req->conn = conn;
+  req->kind = ANS_CONTINUE;
+  req->seq = conn->next_seq;
+  conn->live++;
+  conn_submit(conn, req);
+}
+
+
 static int on_headers_complete(http_parser* p) {
   conn_t* conn = p->data;
+  const limits_t* lim = &conn->server->lim;
+
+  if (p->http_major != 1 || p->http_minor > 1) {
+    conn->error_status = 505;
+    return -1;
+  }
+  /* RFC 9112, 3.2: a 1.1 request without Host, or with two, is a 400. */
+  if ((p->http_minor == 1 && conn->hosts == 0) || conn->hosts > 1) {
+    conn->error_status = 400;
+    return -1;
+  }
   /* content_length is ULLONG_MAX when the request has none. */
-  if (p->content_length != UINT64_MAX && p->content_length > MAX_BODY) {
+  if (p->content_length != UINT64_MAX && p->content_length > lim->max_body) {
     conn->error_status = 413;
     return -1;
+  }
+  if (conn->expect) {
+    if (conn->expect_len != 12 ||
+        strncasecmp(conn->expect_value, "100-continue", 12) != 0) {
+      conn->error_status = 417;
+      return -1;
+    }
+    /* RFC 9110, 10.1.1: only a 1.1 client waits for it, and only for a
+     * body. */
+    if (p->http_minor == 1 && p->content_length != UINT64_MAX &&
+        p->content_length > 0)
+      send_continue(conn);
   }
   return 0;
 }
@@ -629,7 +1018,7 @@ static int on_body(http_parser* p, const char* at, size_t len) {
   conn_t* conn = p->data;
   (void) at;
   conn->body_bytes += len;
-  if (conn->body_bytes > MAX_BODY) {
+  if (conn->body_bytes > conn->server->lim.max_body) {
     conn->error_status = 413;
     return -1;
   }
@@ -639,17 +1028,56 @@ static int on_body(http_parser* p, const char* at, size_t len) {
 
 static int on_message_complete(http_parser* p) {
   conn_t* conn = p->data;
+  conn->in_request = 0;
+  conn->last_active = uv_now(conn->server->loop);
   dispatch(conn);
   /* After a last request, stop: whatever follows is not read. */
-  if (conn->done_parsing)
+  if (conn->done_parsing || conn->closing)
     http_parser_pause(p, 1);
   return 0;
 }
 
 
+/* Parses data; returns how much of it was used. Less than len only when the
+ * worker is full (conn->stalled): the rest must be parsed later. */
+static size_t conn_parse(conn_t* conn, const char* data, size_t len) {
+  enum http_errno err;
+  request_t* req;
+  size_t used;
+  int status;
+
+  http_parser_pause(&conn->parser, 0);
+  used = http_parser_execute(&conn->parser, &settings, data, len);
+  err = HTTP_PARSER_ERRNO(&conn->parser);
+  if (conn->closing)
+    return len;
+  if (err == HPE_PAUSED)
+    return conn->done_parsing ? len : used;
+  if (err != HPE_OK) {
+    status = conn->error_status != 0      ? conn->error_status
+             : err == HPE_HEADER_OVERFLOW ? 431
+                                          : 400;
+    conn->done_parsing = 1;
+    conn->in_request = 0;
+    req = request_new(conn, HDR_CLOSE);
+    request_set(req, status,
+                status == 505   ? "HTTP/1.0 and HTTP/1.1 only\n"
+                : status == 417 ? "only 100-continue is expected\n"
+                : status == 413 || status == 414 || status == 431
+                    ? "request too large\n"
+                    : "bad request\n");
+    conn_submit(conn, req); /* A full worker: on_space() sends it. */
+    return len;
+  }
+  if (conn->parser.upgrade)
+    conn->done_parsing = 1; /* No protocol upgrades here. */
+  return len;
+}
+
+
 static void on_alloc(uv_handle_t* handle, size_t size, uv_buf_t* buf) {
-  /* One buffer for every connection: a read is parsed whole, and everything
-   * kept is copied, before the next read can happen. */
+  /* One buffer for every connection: a read is parsed whole, and what a
+   * stalled connection could not parse is copied, before the next read. */
   (void) handle;
   (void) size;
   *buf = uv_buf_init(server.read_buf, sizeof(server.read_buf));
@@ -658,64 +1086,58 @@ static void on_alloc(uv_handle_t* handle, size_t size, uv_buf_t* buf) {
 
 static void on_read(uv_stream_t* stream, ssize_t nread, const uv_buf_t* buf) {
   conn_t* conn = stream->data;
-  enum http_errno err;
-  request_t* req;
-  int status;
+  size_t used;
 
   if (nread < 0) {
-    /* EOF or an error: the client is gone, or done with us. */
-    conn_close(conn);
+    if (nread != UV_EOF || conn->lingering) {
+      conn_close(conn); /* An error, or the EOF we lingered for. */
+      return;
+    }
+    /* A half-close: answer what came before it, then close. A request cut
+     * short by the EOF gets no answer. */
+    conn->peer_eof = 1;
+    conn->done_parsing = 1;
+    conn->in_request = 0;
+    conn->server->half_closes++;
+    conn_update(conn);
     return;
   }
   if (nread == 0 || conn->done_parsing)
     return; /* Nothing, or bytes after the last request: dropped. */
 
-  http_parser_execute(&conn->parser, &settings, buf->base, (size_t) nread);
-  err = HTTP_PARSER_ERRNO(&conn->parser);
-  if (err != HPE_OK && err != HPE_PAUSED) {
-    status = conn->error_status != 0      ? conn->error_status
-             : err == HPE_HEADER_OVERFLOW ? 413
-                                          : 400;
-    conn->done_parsing = 1;
-    req = request_new(conn, HDR_CLOSE);
-    respond(req, status,
-            status == 413 ? "request too large\n" : "bad request\n");
-  } else if (conn->parser.upgrade) {
-    conn->done_parsing = 1; /* No protocol upgrades here. */
-  }
-  conn_flush(conn);
+  used = conn_parse(conn, buf->base, (size_t) nread);
   if (conn->closing)
     return;
-  if (conn->owed >= MAX_OWED && !conn->done_parsing) {
-    /* Backpressure: parse no more until the answers have gone out. */
-    uv_read_stop(stream);
-    conn->reading = 0;
+  if (used < (size_t) nread && !conn->done_parsing) {
+    /* The worker is full: keep the rest for when it has room. */
+    conn->saved_len = (size_t) nread - used;
+    conn->saved_off = 0;
+    conn->saved = xmalloc(conn->saved_len);
+    memcpy(conn->saved, buf->base + used, conn->saved_len);
   }
-  conn_maybe_finish(conn);
+  conn_flush(conn);
+  if (!conn->closing)
+    conn_update(conn);
 }
 
 
-static void conn_read_start(conn_t* conn) {
-  int rc = uv_read_start((uv_stream_t*) &conn->tcp, on_alloc, on_read);
-  if (rc != 0) {
-    conn_close(conn);
+/* Parses what a stall kept, while nothing stops it. */
+static void conn_parse_saved(conn_t* conn) {
+  size_t used;
+
+  while (conn->saved_len > 0 && !conn->closing && !conn->done_parsing &&
+         conn->stalled == NULL && !conn->write_blocked) {
+    used = conn_parse(conn, conn->saved + conn->saved_off, conn->saved_len);
+    conn->saved_off += used;
+    conn->saved_len -= used;
+  }
+  if (conn->closing)
     return;
+  if (conn->saved_len == 0 || conn->done_parsing) {
+    free(conn->saved);
+    conn->saved = NULL;
+    conn->saved_len = conn->saved_off = 0;
   }
-  conn->reading = 1;
-}
-
-
-static void on_linger_run(uvs_task_t* task) {
-  (void) task;
-}
-
-
-static void on_linger_done(uvs_task_t* task, int status) {
-  conn_t* conn = task->data;
-  conn->linger_armed = 0;
-  if (status == 0)
-    conn_close(conn); /* No EOF in time. */
-  conn_unref(conn);
 }
 
 
@@ -723,51 +1145,189 @@ static void on_shutdown(uv_shutdown_t* sreq, int status) {
   conn_t* conn = sreq->data;
   if (conn->closing)
     return;
-  if (status < 0) {
-    conn_close(conn);
+  if (status < 0 || conn->peer_eof) {
+    conn_close(conn); /* Both sides are done. */
     return;
   }
   /* Our side is done. Read and drop until the client closes too, so that
    * unread bytes in the kernel do not turn our close into a reset that
    * could destroy the last answer before the client read it. */
-  if (!conn->reading)
-    conn_read_start(conn);
-  if (conn->closing)
-    return;
-  uvs_task_init(&conn->linger, on_linger_run, on_linger_done);
-  conn->linger.data = conn;
-  if (uvs_schedule_after(&conn->server->timers, &conn->linger, LINGER_MS) ==
-      0) {
-    conn->linger_armed = 1;
-    conn->refs++;
-  } else {
-    conn_close(conn);
-  }
+  conn->linger_start = uv_now(conn->server->loop);
+  conn->lingering = 1;
+  conn_update(conn);
 }
 
 
-/* After the last response has been written, half-close the connection. */
+/* After the last answer has been handed to libuv, half-close the
+ * connection (uv_shutdown waits for the writes). */
 static void conn_maybe_finish(conn_t* conn) {
-  if (conn->closing || conn->lingering || !conn->done_parsing ||
-      conn->owed != 0)
+  if (conn->closing || conn->shutdown.data != NULL || !conn->done_parsing ||
+      conn->owed != 0 || conn->inflight != 0 || conn->out_len != 0)
     return;
-  conn->lingering = 1;
   conn->shutdown.data = conn;
   if (uv_shutdown(&conn->shutdown, (uv_stream_t*) &conn->tcp, on_shutdown) != 0)
     conn_close(conn);
 }
 
 
+/* When the connection must next be looked at, and why. */
+static uint64_t conn_deadline(const conn_t* conn, deadline_kind_t* kind) {
+  const limits_t* lim = &conn->server->lim;
+  uint64_t d = NO_DEADLINE;
+
+  *kind = DEADLINE_NONE;
+  if (conn->closing)
+    return d;
+  if (conn->lingering) {
+    *kind = DEADLINE_LINGER;
+    return conn->linger_start + lim->linger;
+  }
+  if (conn->writes > 0) {
+    *kind = DEADLINE_WRITE;
+    d = conn->write_progress + lim->write_timeout;
+  }
+  if (!conn->reading || conn->done_parsing)
+    return d; /* Waiting for us, or for the writes: not the client's fault. */
+  if (conn->in_request || conn->fresh) {
+    if (conn->request_start + lim->header_timeout < d) {
+      *kind = DEADLINE_HEADER;
+      d = conn->request_start + lim->header_timeout;
+    }
+  } else if (conn->owed == 0 && conn->writes == 0) {
+    *kind = DEADLINE_IDLE;
+    d = conn->last_active + lim->idle_timeout;
+  }
+  return d;
+}
+
+
+static void on_timer_run(uvs_task_t* task) {
+  (void) task;
+}
+
+
+static void conn_arm(conn_t* conn);
+
+
+static void on_timer_done(uvs_task_t* task, int status) {
+  conn_t* conn = task->data;
+  server_t* s = conn->server;
+  deadline_kind_t kind;
+  uint64_t d;
+
+  (void) status;
+  conn->timer_armed = 0;
+  conn->timer_cancelling = 0;
+  if (!conn->closing) {
+    d = conn_deadline(conn, &kind);
+    if (d != NO_DEADLINE && uv_now(s->loop) >= d) {
+      s->timeouts[kind]++;
+      conn_close(conn);
+    } else {
+      conn_arm(conn);
+    }
+  }
+  conn_unref(conn);
+}
+
+
+/* Keeps one delayed task per connection due at or before its deadline. A
+ * deadline that moves later needs nothing: the task finds it not reached
+ * and schedules itself again. One that moves earlier cancels the task, and
+ * on_timer_done() arms it again. */
+static void conn_arm(conn_t* conn) {
+  server_t* s = conn->server;
+  deadline_kind_t kind;
+  uint64_t d = conn_deadline(conn, &kind);
+  uint64_t now = uv_now(s->loop);
+  uint64_t delay = d > now ? d - now : 0;
+
+  if (d == NO_DEADLINE)
+    return;
+  if (conn->timer_armed) {
+    if (conn->timer_due > d && !conn->timer_cancelling &&
+        uvs_task_cancel(&conn->timer) == 0)
+      conn->timer_cancelling = 1;
+    return;
+  }
+  uvs_task_init(&conn->timer, on_timer_run, on_timer_done);
+  conn->timer.data = conn;
+  if (uvs_schedule_after(&s->timers, &conn->timer, delay) != 0) {
+    conn_close(conn);
+    return;
+  }
+  conn->timer_armed = 1;
+  conn->timer_due = now + delay;
+  conn->refs++;
+}
+
+
+static void conn_read_start(conn_t* conn) {
+  if (uv_read_start((uv_stream_t*) &conn->tcp, on_alloc, on_read) != 0) {
+    conn_close(conn);
+    return;
+  }
+  conn->reading = 1;
+  /* A request cut by a stall gets its whole deadline again: the wait was
+   * ours. */
+  if (conn->in_request)
+    conn->request_start = uv_now(conn->server->loop);
+}
+
+
+/* After anything that changes a connection's state: decides whether it
+ * reads, parses what a stall kept, half-closes when done, and keeps its
+ * deadline. */
+static void conn_update(conn_t* conn) {
+  const limits_t* lim = &conn->server->lim;
+  size_t pending;
+  int want;
+
+  if (conn->closing)
+    return;
+  pending = conn->tcp.write_queue_size + conn->out_len;
+  if (!conn->write_blocked && pending > lim->max_out_bytes) {
+    conn->write_blocked = 1;
+    conn->server->write_blocks++;
+  } else if (conn->write_blocked && pending <= lim->max_out_bytes / 2) {
+    conn->write_blocked = 0;
+  }
+  conn_parse_saved(conn);
+  if (conn->closing)
+    return;
+  conn_flush(conn);
+  if (conn->closing)
+    return;
+  /* Once done parsing, read and drop until EOF: it is how a reset or the
+   * client's close is seen. */
+  want = !conn->peer_eof &&
+         (conn->done_parsing || (conn->stalled == NULL &&
+                                 !conn->write_blocked && conn->saved == NULL));
+  if (want && !conn->reading) {
+    conn_read_start(conn);
+    if (conn->closing)
+      return;
+  } else if (!want && conn->reading) {
+    uv_read_stop((uv_stream_t*) &conn->tcp);
+    conn->reading = 0;
+  }
+  conn_maybe_finish(conn);
+  if (!conn->closing)
+    conn_arm(conn);
+}
+
+
 static void conn_close(conn_t* conn) {
   server_t* s = conn->server;
-  request_t* req;
-  request_t* next;
   int rc;
 
   if (conn->closing)
     return;
   conn->closing = 1;
-  s->open--;
+  if (conn->rejecting)
+    s->rejecting--;
+  else
+    s->open--;
   if (conn->prev != NULL)
     conn->prev->next = conn->next;
   else
@@ -775,18 +1335,19 @@ static void conn_close(conn_t* conn) {
   if (conn->next != NULL)
     conn->next->prev = conn->prev;
 
-  /* Answers that are ready but unsent die here. The others belong to the
-   * library until work_done() hands them back, and it frees them. */
-  for (req = conn->head; req != NULL; req = next) {
-    next = req->next;
-    if (req->ready)
-      request_free(req);
+  /* Answers that are ready but unsent die with conn->out. The others belong
+   * to the library until work_done() hands them back, and it frees them. */
+  if (conn->stalled != NULL) {
+    request_free(conn->stalled);
+    conn->stalled = NULL;
   }
-  conn->head = conn->tail = NULL;
-
-  if (conn->linger_armed)
-    uvs_task_cancel(&conn->linger); /* on_linger_done() follows. */
-  if (s->mode != MODE_INLINE) {
+  if (conn->held != NULL) {
+    request_free(conn->held);
+    conn->held = NULL;
+  }
+  if (conn->timer_armed && !conn->timer_cancelling)
+    uvs_task_cancel(&conn->timer); /* on_timer_done() follows. */
+  if (conn->has_worker) {
     rc = uvs_worker_close(&conn->worker, UVS_CANCEL, on_worker_closed);
     if (rc != 0)
       fail("uvs_worker_close", rc);
@@ -795,16 +1356,53 @@ static void conn_close(conn_t* conn) {
 }
 
 
+static void on_shed_closed(uv_handle_t* handle) {
+  free(handle);
+}
+
+
+/* Over every cap: accept and close at once, so that the connection leaves
+ * the kernel's backlog instead of being retried there forever. */
+static void shed(server_t* s, uv_stream_t* listener) {
+  uv_tcp_t* tcp = xmalloc(sizeof(*tcp));
+  if (uv_tcp_init(s->loop, tcp) != 0) {
+    free(tcp);
+    return;
+  }
+  uv_accept(listener, (uv_stream_t*) tcp);
+  s->shed++;
+  uv_close((uv_handle_t*) tcp, on_shed_closed);
+}
+
+
 static void on_connection(uv_stream_t* listener, int status) {
   server_t* s = listener->data;
+  const limits_t* lim = &s->lim;
+  uvs_worker_options_t wopts;
+  request_t* req;
   conn_t* conn;
+  int reject;
+  int sndbuf;
   int rc;
 
   if (status < 0) {
-    fprintf(stderr, "http-pipeline: accept: %s\n", uv_strerror(status));
+    /* EMFILE and the like. libuv has already accepted and closed what was
+     * waiting, with the descriptor it keeps in reserve (uv__emfile_trick),
+     * so the listener does not spin. Log at most once a second. */
+    s->accept_errors++;
+    if (uv_now(s->loop) - s->last_accept_log >= 1000) {
+      s->last_accept_log = uv_now(s->loop);
+      fprintf(stderr, "http-pipeline: accept: %s (%" PRIu64 " so far)\n",
+              uv_strerror(status), s->accept_errors);
+    }
     return;
   }
-  conn = calloc(1, sizeof(*conn));
+  reject = s->open >= lim->max_conns;
+  if (reject && s->rejecting >= lim->max_rejecting) {
+    shed(s, listener);
+    return;
+  }
+  conn = calloc(1, sizeof(*conn) + lim->max_url);
   if (conn == NULL)
     fail("calloc", UV_ENOMEM);
   conn->server = s;
@@ -813,30 +1411,59 @@ static void on_connection(uv_stream_t* listener, int status) {
   conn->parser.data = conn;
   atomic_init(&conn->busy, 0);
   rc = uv_tcp_init(s->loop, &conn->tcp);
-  if (rc != 0)
-    fail("uv_tcp_init", rc);
+  if (rc != 0) {
+    free(conn);
+    shed(s, listener);
+    return;
+  }
   conn->refs = 1;
   rc = uv_accept(listener, (uv_stream_t*) &conn->tcp);
-  if (rc == 0 && s->mode != MODE_INLINE) {
-    rc = uvs_worker_init(&s->sched, &conn->worker,
-                         s->mode == MODE_POOL ? UVS_POOL : UVS_LOOP);
-    if (rc == 0)
+  if (rc == 0 && !reject && s->mode != MODE_INLINE) {
+    memset(&wopts, 0, sizeof(wopts));
+    wopts.max_pending = lim->max_inflight;
+    wopts.on_full = UVS_FULL_REJECT;
+    wopts.low_water = lim->max_inflight / 2;
+    wopts.space_cb = on_space;
+    rc = uvs_worker_init_ex(&s->sched, &conn->worker,
+                            s->mode == MODE_POOL ? UVS_POOL : UVS_LOOP, &wopts);
+    if (rc == 0) {
+      conn->has_worker = 1;
       conn->refs++;
+    }
   }
   if (rc != 0) {
     uv_close((uv_handle_t*) &conn->tcp, on_tcp_closed);
     return;
   }
   s->accepted++;
-  s->open++;
   conn->next = s->conns;
   if (s->conns != NULL)
     s->conns->prev = conn;
   s->conns = conn;
   uv_tcp_nodelay(&conn->tcp, 1);
+  if (lim->sndbuf != 0) {
+    /* Fixed, not autotuned: a client that does not read can make the
+     * kernel hold this much of our answers, not megabytes. */
+    sndbuf = (int) lim->sndbuf;
+    uv_send_buffer_size((uv_handle_t*) &conn->tcp, &sndbuf);
+  }
   http_parser_init(&conn->parser, HTTP_REQUEST);
   conn->parser.data = conn;
-  conn_read_start(conn);
+  conn->fresh = 1;
+  conn->request_start = conn->last_active = uv_now(s->loop);
+  if (reject) {
+    /* Answered before anything is read: the request does not matter. */
+    conn->rejecting = 1;
+    s->rejecting++;
+    s->rejected++;
+    conn->done_parsing = 1;
+    req = request_new(conn, HDR_CLOSE);
+    request_set(req, 503, "too many connections\n");
+    conn_submit(conn, req);
+  } else {
+    s->open++;
+  }
+  conn_update(conn);
 }
 
 
@@ -865,59 +1492,218 @@ static void on_signal(uv_signal_t* handle, int signum) {
 }
 
 
-static void usage(FILE* f) {
-  fprintf(f,
-          "usage: http-pipeline [--host ADDR] [--port N] "
-          "[--mode pool|loop|inline] [--threads T]\n"
-          "  --host     address to bind (default 127.0.0.1)\n"
-          "  --port     port to bind; 0 picks a free one (default 8080)\n"
-          "  --mode     pool: /work runs on libuv's pool, one worker per\n"
-          "             connection (default); loop: on the loop thread, one\n"
-          "             loop worker per connection; inline: in the parser,\n"
-          "             without uvsched\n"
-          "  --threads  libuv's pool size (default: the number of CPUs)\n"
-          "Prints \"listening on http://ADDR:PORT\" once bound; stops on\n"
-          "SIGINT or SIGTERM and exits 0 only if every check held.\n");
+static void usage(FILE* f, const limits_t* d) {
+  fprintf(
+      f,
+      "usage: http-pipeline [--host ADDR] [--port N] "
+      "[--mode pool|loop|inline] [--threads T] [LIMITS]\n"
+      "  --host ADDR           address to bind (default 127.0.0.1)\n"
+      "  --port N              port to bind; 0 picks a free one (default "
+      "8080)\n"
+      "  --mode M              pool: /work runs on libuv's pool, one worker "
+      "per\n"
+      "                        connection (default); loop: on the loop "
+      "thread, one\n"
+      "                        loop worker per connection; inline: in the "
+      "parser,\n"
+      "                        without uvsched\n"
+      "  --threads T           libuv's pool size (default: the number of "
+      "CPUs)\n"
+      "Limits (0 is not allowed unless stated):\n"
+      "  --max-conns N         connections served at once; more get 503 and "
+      "are\n"
+      "                        closed (default %" PRIu64
+      ", lowered to fit RLIMIT_NOFILE)\n"
+      "  --max-rejecting N     connections being answered 503 at once; more "
+      "are\n"
+      "                        closed unanswered (default %" PRIu64
+      ")\n"
+      "  --max-inflight N      requests queued on one connection's worker "
+      "before it\n"
+      "                        stops reading (default %" PRIu64
+      "; reads again at N/2)\n"
+      "  --max-out-bytes N     unwritten answer bytes of one connection "
+      "before it\n"
+      "                        stops reading (default %" PRIu64
+      "; reads again at N/2)\n"
+      "  --sndbuf N            SO_SNDBUF of each connection, which bounds "
+      "the answers\n"
+      "                        the kernel holds for a client; 0 = the "
+      "kernel's\n"
+      "                        autotuning, up to tcp_wmem's maximum "
+      "(default %" PRIu64
+      ")\n"
+      "  --header-timeout MS   a request, head and body, must arrive within "
+      "MS of\n"
+      "                        its first byte (default %" PRIu64
+      ")\n"
+      "  --idle-timeout MS     a kept-alive connection with nothing owed is "
+      "closed\n"
+      "                        after MS (default %" PRIu64
+      ")\n"
+      "  --write-timeout MS    a connection whose writes make no progress "
+      "for MS is\n"
+      "                        closed (default %" PRIu64
+      ")\n"
+      "  --linger MS           after the last answer, wait at most MS for "
+      "the client's\n"
+      "                        EOF (default %" PRIu64
+      ")\n"
+      "  --max-rounds N        most n= of /work; more is a 400 (default "
+      "%" PRIu64
+      ")\n"
+      "  --max-url N           bytes of a request target; more is a 414 "
+      "(default %" PRIu64
+      ")\n"
+      "  --max-head N          bytes of a request head; more is a 431 "
+      "(default %" PRIu64
+      ")\n"
+      "  --max-body N          bytes of a body; more is a 413 (default "
+      "%" PRIu64
+      ")\n"
+      "  --concurrency K       most pool threads running /work at once "
+      "(scheduler's\n"
+      "                        max_concurrency; default: --threads)\n"
+      "  --budget N            most tasks a drain runs before the next "
+      "connection's\n"
+      "                        turn; 0 = uvsched's time slice (default "
+      "%" PRIu64
+      ")\n"
+      "Prints \"listening on http://ADDR:PORT\" once bound; stops on\n"
+      "SIGINT or SIGTERM and exits 0 only if every check held.\n",
+      d->max_conns, d->max_rejecting, d->max_inflight, d->max_out_bytes,
+      d->sndbuf, d->header_timeout, d->idle_timeout, d->write_timeout,
+      d->linger, d->max_rounds, d->max_url, d->max_head, d->max_body,
+      d->budget);
 }
 
 
-static long parse_number(const char* s, long lo, long hi, const char* what) {
+static const limits_t default_limits = {
+    .max_conns = 1024,
+    .max_rejecting = 64,
+    .max_inflight = 64,
+    .max_out_bytes = 65536,
+    .header_timeout = 10000,
+    .idle_timeout = 30000,
+    .write_timeout = 10000,
+    .linger = 2000,
+    .max_rounds = 1000000,
+    .max_url = 2048,
+    .max_head = 8192,
+    .max_body = 8192,
+    .concurrency = 0, /* --threads */
+    .budget = 0,
+};
+
+
+static uint64_t parse_number(const char* s,
+                             uint64_t lo,
+                             uint64_t hi,
+                             const char* what) {
   char* end;
-  long v;
+  unsigned long long v;
   errno = 0;
-  v = strtol(s, &end, 10);
-  if (errno != 0 || *s == '\0' || *end != '\0' || v < lo || v > hi) {
-    fprintf(stderr, "http-pipeline: bad %s: %s\n", what, s);
-    usage(stderr);
+  v = strtoull(s, &end, 10);
+  if (errno != 0 || *s == '\0' || *s == '-' || *end != '\0' || v < lo ||
+      v > hi) {
+    fprintf(stderr, "http-pipeline: bad %s: %s (%" PRIu64 " to %" PRIu64 ")\n",
+            what, s, lo, hi);
+    usage(stderr, &default_limits);
     exit(2);
   }
-  return v;
+  return (uint64_t) v;
+}
+
+
+/* Raises the soft descriptor limit as far as the caps need, or lowers
+ * --max-conns to what the limit allows: the server must hit its own cap,
+ * which it answers, before EMFILE, which it cannot. */
+static void fit_fd_limit(limits_t* lim, int conns_given) {
+  const uint64_t spare = 64; /* Loop, signals, pool, stdio, logs. */
+  struct rlimit rl;
+  uint64_t need = lim->max_conns + lim->max_rejecting + spare;
+  uint64_t avail;
+
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+    return;
+  if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < need) {
+    rl.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max >= need
+                      ? need
+                      : rl.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &rl);
+    getrlimit(RLIMIT_NOFILE, &rl);
+  }
+  if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < need) {
+    /* Keep a quarter of what is left for the 503s. */
+    avail = rl.rlim_cur > spare + 2 ? rl.rlim_cur - spare : 2;
+    if (lim->max_rejecting > avail / 4)
+      lim->max_rejecting = avail / 4 > 0 ? avail / 4 : 1;
+    lim->max_conns = avail - lim->max_rejecting;
+    if (conns_given)
+      fprintf(stderr,
+              "http-pipeline: RLIMIT_NOFILE is %" PRIu64
+              ": --max-conns lowered to %" PRIu64 "\n",
+              (uint64_t) rl.rlim_cur, lim->max_conns);
+  }
 }
 
 
 int main(int argc, char** argv) {
+  static const struct {
+    const char* name;
+    size_t offset;
+    uint64_t lo, hi;
+  } limit_options[] = {
+      {"--max-conns", offsetof(limits_t, max_conns), 1, 1000000},
+      {"--max-rejecting", offsetof(limits_t, max_rejecting), 1, 100000},
+      {"--max-inflight", offsetof(limits_t, max_inflight), 1, 1000000},
+      {"--max-out-bytes", offsetof(limits_t, max_out_bytes), 1024, 1 << 30},
+      {"--sndbuf", offsetof(limits_t, sndbuf), 0, 1 << 30},
+      {"--header-timeout", offsetof(limits_t, header_timeout), 1, 86400000},
+      {"--idle-timeout", offsetof(limits_t, idle_timeout), 1, 86400000},
+      {"--write-timeout", offsetof(limits_t, write_timeout), 1, 86400000},
+      {"--linger", offsetof(limits_t, linger), 1, 86400000},
+      {"--max-rounds", offsetof(limits_t, max_rounds), 0, 100000000},
+      {"--max-url", offsetof(limits_t, max_url), 16, 1 << 20},
+      {"--max-head", offsetof(limits_t, max_head), 64, 1 << 20},
+      {"--max-body", offsetof(limits_t, max_body), 0, 1 << 30},
+      {"--concurrency", offsetof(limits_t, concurrency), 1, 1024},
+      {"--budget", offsetof(limits_t, budget), 0, 1000000},
+  };
   server_t* s = &server;
   const char* host = "127.0.0.1";
-  long port = 8080;
-  long threads = (long) uv_available_parallelism();
+  uint64_t port = 8080;
+  uint64_t threads = uv_available_parallelism();
+  uvs_sched_options_t sopts;
   char threads_env[32];
   struct sockaddr_storage addr;
   int addr_len = sizeof(addr);
   char bound[64];
   uint64_t violations;
-  int i, rc, ok;
+  const char* fault;
+  size_t k;
+  int i, rc, ok, conns_given = 0;
 
   s->mode = MODE_POOL;
+  s->lim = default_limits;
   for (i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-      usage(stdout);
+      usage(stdout, &default_limits);
       return 0;
     }
     if (i + 1 >= argc) {
-      usage(stderr);
+      usage(stderr, &default_limits);
       return 2;
     }
-    if (strcmp(argv[i], "--host") == 0) {
+    for (k = 0; k < sizeof(limit_options) / sizeof(limit_options[0]); k++)
+      if (strcmp(argv[i], limit_options[k].name) == 0)
+        break;
+    if (k < sizeof(limit_options) / sizeof(limit_options[0])) {
+      *(uint64_t*) ((char*) &s->lim + limit_options[k].offset) = parse_number(
+          argv[i + 1], limit_options[k].lo, limit_options[k].hi, argv[i] + 2);
+      conns_given |= strcmp(argv[i], "--max-conns") == 0;
+      i++;
+    } else if (strcmp(argv[i], "--host") == 0) {
       host = argv[++i];
     } else if (strcmp(argv[i], "--port") == 0) {
       port = parse_number(argv[++i], 0, 65535, "port");
@@ -932,25 +1718,31 @@ int main(int argc, char** argv) {
       } else if (strcmp(argv[i], "inline") == 0) {
         s->mode = MODE_INLINE;
       } else {
-        usage(stderr);
+        usage(stderr, &default_limits);
         return 2;
       }
     } else {
-      usage(stderr);
+      usage(stderr, &default_limits);
       return 2;
     }
   }
+  if (s->lim.concurrency == 0)
+    s->lim.concurrency = threads;
+  fit_fd_limit(&s->lim, conns_given);
+  /* Fault injection for the tests of the order check itself. */
+  fault = getenv("HTTP_PIPELINE_FAULT");
+  s->fault_reorder = fault != NULL && strcmp(fault, "reorder") == 0;
 
   /* libuv sizes its pool from this variable when the pool first starts,
    * which is at the first uv_queue_work(), after this line. */
-  snprintf(threads_env, sizeof(threads_env), "%ld", threads);
+  snprintf(threads_env, sizeof(threads_env), "%" PRIu64, threads);
   setenv("UV_THREADPOOL_SIZE", threads_env, 1);
   signal(SIGPIPE, SIG_IGN);
 
   settings.on_message_begin = on_message_begin;
   settings.on_url = on_url;
-  settings.on_header_field = on_header_bytes;
-  settings.on_header_value = on_header_bytes;
+  settings.on_header_field = on_header_field;
+  settings.on_header_value = on_header_value;
   settings.on_headers_complete = on_headers_complete;
   settings.on_body = on_body;
   settings.on_message_complete = on_message_complete;
@@ -961,7 +1753,13 @@ int main(int argc, char** argv) {
   atomic_init(&s->overlaps, 0);
   atomic_init(&s->wrong_thread, 0);
 
-  rc = uvs_sched_init(s->loop, &s->sched, NULL);
+  /* Fairness: connections take turns on the pool a task (--budget) at a
+   * time, in the scheduler's FIFO of ready workers, on at most
+   * --concurrency threads. */
+  memset(&sopts, 0, sizeof(sopts));
+  sopts.max_concurrency = (unsigned) s->lim.concurrency;
+  sopts.budget = (unsigned) s->lim.budget;
+  rc = uvs_sched_init(s->loop, &s->sched, &sopts);
   if (rc != 0)
     fail("uvs_sched_init", rc);
   rc = uvs_worker_init(&s->sched, &s->timers, UVS_LOOP);
@@ -1009,30 +1807,38 @@ int main(int argc, char** argv) {
     uv_ip4_name((struct sockaddr_in*) &addr, bound, sizeof(bound));
     port = ntohs(((struct sockaddr_in*) &addr)->sin_port);
   }
-  printf("http-pipeline: listening on http://%s:%ld mode=%s threads=%ld\n",
+  printf("http-pipeline: listening on http://%s:%" PRIu64
+         " mode=%s threads=%" PRIu64 " max_conns=%" PRIu64 "\n",
          bound, port,
          s->mode == MODE_POOL   ? "pool"
          : s->mode == MODE_LOOP ? "loop"
                                 : "inline",
-         threads);
+         threads, s->lim.max_conns);
   fflush(stdout);
 
   uv_run(s->loop, UV_RUN_DEFAULT);
   rc = uv_loop_close(s->loop);
 
   violations = atomic_load(&s->order_violations) + atomic_load(&s->overlaps) +
-               atomic_load(&s->wrong_thread);
-  ok = rc == 0 && violations == 0 && s->leaks == 0 && s->open == 0;
+               atomic_load(&s->wrong_thread) + s->answers_out_of_order +
+               s->done_out_of_order;
+  ok = rc == 0 && violations == 0 && s->leaks == 0 && s->open == 0 &&
+       s->rejecting == 0;
   fprintf(stderr,
-          "http-pipeline: accepted=%" PRIu64 " requests=%" PRIu64
-          " responses=%" PRIu64 " work_done=%" PRIu64 " cancelled=%" PRIu64
-          " dropped=%" PRIu64 " errors=%" PRIu64 " done_reordered=%" PRIu64
-          "\nhttp-pipeline: order_violations=%" PRIu64 " overlaps=%" PRIu64
-          " wrong_thread=%" PRIu64 " leaks=%" PRIu64 " loop_close=%s: %s\n",
-          s->accepted, s->requests, s->responses, s->work_done, s->cancelled,
-          s->dropped, s->errors, s->done_reordered,
-          (uint64_t) atomic_load(&s->order_violations),
-          (uint64_t) atomic_load(&s->overlaps),
+          "http-pipeline: accepted=%" PRIu64 " rejected=%" PRIu64
+          " requests=%" PRIu64 " responses=%" PRIu64 " work_done=%" PRIu64
+          " cancelled=%" PRIu64 " dropped=%" PRIu64 " errors=%" PRIu64
+          " stalls=%" PRIu64 " timeouts=%" PRIu64 "/%" PRIu64 "/%" PRIu64
+          "\nhttp-pipeline: order_violations=%" PRIu64
+          " answers_out_of_order=%" PRIu64 " done_out_of_order=%" PRIu64
+          " overlaps=%" PRIu64 " wrong_thread=%" PRIu64 " leaks=%" PRIu64
+          " loop_close=%s: %s\n",
+          s->accepted, s->rejected, s->requests, s->responses, s->work_done,
+          s->cancelled, s->dropped, s->errors, s->stalls,
+          s->timeouts[DEADLINE_HEADER], s->timeouts[DEADLINE_IDLE],
+          s->timeouts[DEADLINE_WRITE],
+          (uint64_t) atomic_load(&s->order_violations), s->answers_out_of_order,
+          s->done_out_of_order, (uint64_t) atomic_load(&s->overlaps),
           (uint64_t) atomic_load(&s->wrong_thread), s->leaks,
           rc == 0 ? "ok" : uv_err_name(rc), ok ? "ok" : "FAILED");
   return ok ? 0 : 1;

@@ -6,26 +6,33 @@
                   on one kept-alive connection
   pipeline-order  bursts of pipelined requests on one socket, and on several
                   sockets at once, in each mode: every answer comes back in
-                  request order with the right digest
+                  request order with the right digest; and a server with an
+                  answer held back on purpose (HTTP_PIPELINE_FAULT=reorder)
+                  exits 1
   disconnect      clients that vanish mid-pipeline: their queued work is
                   cancelled, the server stays up, nothing leaks
-  errors          400 and 413 close the connection after the answers owed
-                  before them; 404 and 405 keep it; Connection: close and
+  errors          400, 414, 431 and 413 close the connection after the
+                  answers owed before them; 404 and 405 keep it; Connection: close and
                   HTTP/1.0 are honoured
   wrk             wrk with pipeline.lua (depth 16) in pool and loop mode for
                   a few seconds: zero errors, zero out of order
+  h2load          an independent client: nghttp2's h2load --h1 -m 16
+                  (pipelining 16 deep) on 8 connections, 4000 /work and
+                  4000 /health requests in pool and loop mode: every one
+                  succeeded with a 2xx, none failed, errored or timed out
 
   test_http.py NAME --server BUILDDIR/examples/http-pipeline/http-pipeline
 
 Each test starts its own servers on free ports of 127.0.0.1 and stops them
 with SIGTERM; a server that exits non-zero (its order, overlap or leak
 checks, or a sanitizer) fails the test. Exit status: 0 passed, 1 failed,
-77 skipped (curl or wrk missing).
+77 skipped (curl, wrk or h2load missing).
 """
 
 import argparse
 import os
 import random
+import re
 import shutil
 import subprocess
 import sys
@@ -100,9 +107,9 @@ def test_curl(binary):
         check(curl_status(u + "/work?n=99999999&id=a") == 400, "n too big")
         check(curl_status(u + "/health", "-X", "DELETE") == 405, "405")
         check(curl_status(u + "/health", "-H", "X-Big: " + "x" * 9000) ==
-              413, "a header block over the limit: 413")
-        check(curl_status(u + "/health?" + "q" * 3000) == 413,
-              "a request target over the limit: 413")
+              431, "a header block over the limit: 431")
+        check(curl_status(u + "/health?" + "q" * 3000) == 414,
+              "a request target over the limit: 414")
         check(curl_status(u + "/health", "--data-binary", "x" * 10000,
                           "-X", "GET") == 413,
               "a body over the limit: 413")
@@ -192,6 +199,21 @@ def test_pipeline_order(binary):
             print("%s: 5600 pipelined answers in order" % mode)
         finally:
             stop_ok(server)
+
+    # The order check itself: a server that holds back one answer in five
+    # on purpose must see it and exit 1.
+    server = Server(binary, "pool", threads=4,
+                    env={"HTTP_PIPELINE_FAULT": "reorder"})
+    try:
+        errors = []
+        run_burst(server, "fault", 50, 3, 200, errors)
+        check(errors, "the client saw the answers out of order")
+    finally:
+        rc = server.stop()
+    check(rc == 1 and "answers_out_of_order=0 " not in server.stderr,
+          "the server's order check caught it (exit %s): %s" %
+          (rc, server.stderr))
+    print("fault injection: answers out of order seen, exit 1")
     return 0
 
 
@@ -232,16 +254,20 @@ def test_disconnect(binary):
 
             # The server stays up and gets back to idle: every task handed
             # back, only the /stats connection open.
+            # (uvsched still holds one delayed task per open connection:
+            # its deadline.)
             def idle():
                 s = server.stats()
-                return s["open"] == 1 and s["uvs_pending"] == 0
+                return s["open"] == 1 and s["tasks_inflight"] == 0
             check(harness.wait_until(idle, 60), "server back to idle: %r" %
                   server.stats())
             s = server.stats()
             print("%s: %r" % (mode, s))
             check(s["cancelled"] > 0, "queued work was cancelled")
-            check(s["work_done"] + s["cancelled"] ==
-                  s["uvs_scheduled"], "every task handed back once")
+            check(s["tasks_ran"] + s["tasks_cancelled"] == s["tasks"],
+                  "every task handed back once")
+            check(s["uvs_pending"] == 1, "only the /stats connection's "
+                  "deadline is pending in uvsched: %d" % s["uvs_pending"])
             c = server.connect()
             check(c.get("/health")[0] == 200, "still serving")
             c.close()
@@ -282,26 +308,32 @@ def test_errors(binary):
         check(c.at_eof(), "closed after the 400")
         c.close()
 
-        # Oversized request target, header block and body: 413, closed.
-        for raw in (request("/" + "a" * 3000),
-                    request("/health", "X-Big: %s\r\n" % ("b" * 9000)),
-                    b"GET /health HTTP/1.1\r\nContent-Length: 100000\r\n\r\n"):
+        # Oversized request target, header block and body: 414, 431, 413,
+        # closed.
+        for raw, status in (
+                (request("/" + "a" * 3000), 414),
+                (request("/health", "X-Big: %s\r\n" % ("b" * 9000)), 431),
+                (b"GET /health HTTP/1.1\r\nHost: t\r\n"
+                 b"Content-Length: 100000\r\n\r\n", 413)):
             c = server.connect()
             c.send(request("/health") + raw)
-            check(c.read_response()[0] == 200, "answer before the 413")
+            check(c.read_response()[0] == 200, "answer before the %d" % status)
             r = c.read_response()
-            check(r is not None and r[0] == 413, "413: %r" % (r,))
-            check(c.at_eof(), "closed after the 413")
+            check(r is not None and r[0] == status,
+                  "%d: %r" % (status, (r,)))
+            check(c.at_eof(), "closed after the %d" % status)
             c.close()
 
         # 404 and 405 keep the connection; a body on a GET is read and
         # skipped.
         c = server.connect()
         check(c.get("/nope")[0] == 404, "404")
-        c.send(b"POST /work HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello")
+        c.send(b"POST /work HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\n"
+               b"\r\nhello")
         r = c.read_response()
         check(r[0] == 405 and r[1].get("allow") == "GET", "405: %r" % (r,))
-        c.send(b"GET /health HTTP/1.1\r\nContent-Length: 3\r\n\r\nabc")
+        c.send(b"GET /health HTTP/1.1\r\nHost: t\r\nContent-Length: 3\r\n"
+               b"\r\nabc")
         check(c.read_response()[2] == "ok\n", "GET with a body")
         check(c.get("/work?n=3&id=k")[2] == work_body("k", 3),
               "still alive")
@@ -370,8 +402,49 @@ def test_wrk(binary):
     return 0
 
 
+# -------------------------------------------------------------- h2load
+
+def run_h2load(url, requests=4000, connections=8, depth=16):
+    args = ["h2load", "--h1", "-m", str(depth), "-c", str(connections),
+            "-t", "1", "-n", str(requests), url]
+    p = subprocess.run(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, text=True, timeout=60)
+    out = p.stdout
+    m = re.search(r"requests: (\d+) total, (\d+) started, (\d+) done, "
+                  r"(\d+) succeeded, (\d+) failed, (\d+) errored, "
+                  r"(\d+) timeout", out)
+    c = re.search(r"status codes: (\d+) 2xx, (\d+) 3xx, (\d+) 4xx, "
+                  r"(\d+) 5xx", out)
+    check(p.returncode == 0 and m and c, "h2load: %s" % out)
+    return [int(x) for x in m.groups()], [int(x) for x in c.groups()], out
+
+
+def test_h2load(binary):
+    if shutil.which("h2load") is None:
+        print("h2load is not installed (Debian: nghttp2-client)")
+        return SKIP
+    for mode in ("pool", "loop"):
+        server = Server(binary, mode, threads=os.cpu_count() or 1)
+        try:
+            for path in ("/work?n=200&id=h2load", "/health"):
+                req, codes, out = run_h2load(server.url + path)
+                print("%s %s: %s" % (mode, path, [
+                    line for line in out.splitlines()
+                    if line.startswith(("finished", "requests:"))]))
+                total, started, done, ok, failed, errored, timeout = req
+                check(total == done == ok == 4000 and
+                      failed == errored == timeout == 0,
+                      "%s %s: %r" % (mode, path, req))
+                check(codes == [4000, 0, 0, 0], "%s %s: status codes %r" %
+                      (mode, path, codes))
+        finally:
+            stop_ok(server)
+    return 0
+
+
 TESTS = {
     "curl": test_curl,
+    "h2load": test_h2load,
     "pipeline-order": test_pipeline_order,
     "disconnect": test_disconnect,
     "errors": test_errors,

@@ -1,0 +1,618 @@
+#!/usr/bin/env python3
+"""Hostile clients against examples/http-pipeline (meson suite 'examples').
+Each case runs on 127.0.0.1 only, against its own server, with a bounded
+number of connections and a total runtime well under 60 s, and passes only
+if its criterion holds and the server then exits 0 (its order, overlap and
+leak checks):
+
+  slowloris     200 connections send a request head a byte every 100 ms:
+                every one is closed by --header-timeout 1000 within 3.5 s,
+                and a real client is served meanwhile in under 1 s
+  never-read    100 clients pipeline /work requests and never read: the
+                server's VmRSS stays under baseline + RSS_CAP_MB while they
+                push, every one is closed by --write-timeout 3000 within
+                12 s, and the server still serves
+  fairness      4 connections pipeline 40 requests of ~100 ms each on a
+                2-thread pool; a victim's light /work (n=1) and /health on
+                fresh connections are answered within FAIR_BOUND_S each
+  half-close    a client pipelines 60 requests and shuts its write side:
+                it gets all 60 answers, in order, then EOF
+  malformed     505 for HTTP/2.0 and HTTP/9.9, 400 for 1.1 without Host or
+                with two, 400 for n over --max-rounds (connection kept),
+                100 Continue for Expect: 100-continue (also behind a
+                pipelined answer, after it), 417 for another expectation,
+                a short body and a silent connection closed by the header
+                deadline, an idle keep-alive closed by --idle-timeout
+  churn         1000 connections opened and closed in waves of 250, in four
+                ways (at once, after an answer, mid-request, with a reset):
+                the server's descriptor count returns to its baseline and it
+                still serves
+  conn-cap      --max-conns 20: 10 connections beyond it get 503 and EOF,
+                the 20 are still served, a freed slot is served again; under
+                a hard RLIMIT_NOFILE of 100 with 300 connections every one
+                is answered (200 or 503) or closed, none hangs, and the
+                server still serves
+
+  test_attack.py NAME --server BUILDDIR/examples/http-pipeline/http-pipeline
+
+Exit status: 0 passed, 1 failed.
+"""
+
+import argparse
+import os
+import resource
+import socket
+import struct
+import sys
+import threading
+import time
+
+sys.dont_write_bytecode = True  # No __pycache__ in the source tree.
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+from harness import Server, request, work_body  # noqa: E402
+
+RSS_CAP_MB = 64      # never-read: growth over the idle server's VmRSS
+FAIR_BOUND_S = 2.0   # fairness: a light request's latency under heavy load
+HEAVY_ROUNDS = 200000  # ~100 ms of SHA-256 on the machine of the docs
+
+
+class Failure(Exception):
+    pass
+
+
+def check(cond, what):
+    if not cond:
+        raise Failure(what)
+
+
+def stop_ok(server):
+    rc = server.stop()
+    sys.stdout.write(server.stderr)
+    check(rc == 0, "server %s exited %s" % (" ".join(server.args[1:]), rc))
+
+
+def proc_status(pid, field):
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    return 0
+
+
+def rss_mb(server):
+    return proc_status(server.proc.pid, "VmRSS") / 1024.0
+
+
+def sanitizer(server):
+    """The sanitizer runtime the server runs with, or None. ASan keeps freed
+    memory in quarantine and TSan shadows all of it: VmRSS means nothing
+    there."""
+    with open("/proc/%d/maps" % server.proc.pid) as f:
+        maps = f.read()
+    for name in ("asan", "tsan", "msan"):
+        if "lib%s" % name in maps:
+            return name
+    return None
+
+
+def fd_count(server):
+    return len(os.listdir("/proc/%d/fd" % server.proc.pid))
+
+
+def raw_connect(server, timeout=5):
+    s = socket.create_connection((server.host, server.port), timeout=timeout)
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return s
+
+
+def closed_by_peer(sock):
+    """True if the server closed sock (EOF or reset), False if it is open,
+    without blocking."""
+    try:
+        data = sock.recv(65536, socket.MSG_DONTWAIT)
+    except BlockingIOError:
+        return False
+    except (ConnectionResetError, BrokenPipeError):
+        return True
+    return data == b""
+
+
+def timed_get(server, path, timeout=10):
+    t0 = time.monotonic()
+    c = server.connect(timeout)
+    try:
+        r = c.get(path)
+    finally:
+        c.close()
+    return r, time.monotonic() - t0
+
+
+# ------------------------------------------------------------ slowloris
+
+def test_slowloris(binary):
+    server = Server(binary, "pool", threads=2,
+                    extra=["--header-timeout", 1000])
+    try:
+        head = request("/health")
+        socks = [raw_connect(server) for _ in range(200)]
+        t0 = time.monotonic()
+        closed_at = [None] * len(socks)
+        pos = 0
+        served = None
+        while time.monotonic() - t0 < 5 and None in closed_at:
+            for i, s in enumerate(socks):
+                if closed_at[i] is not None:
+                    continue
+                if closed_by_peer(s):
+                    closed_at[i] = time.monotonic() - t0
+                    continue
+                try:
+                    s.send(head[pos % (len(head) - 2):][:1])
+                except OSError:
+                    closed_at[i] = time.monotonic() - t0
+            pos += 1
+            if served is None and time.monotonic() - t0 > 0.4:
+                r, dt = timed_get(server, "/work?n=1000&id=real")
+                check(r[2] == work_body("real", 1000), "real client: %r" %
+                      (r,))
+                served = dt
+            time.sleep(0.1)
+        for s in socks:
+            s.close()
+        left = closed_at.count(None)
+        worst = max(t for t in closed_at if t is not None) if left < 200 \
+            else None
+        print("slowloris: %d of 200 closed, the last after %s s; a real "
+              "client served in %.3f s" % (200 - left, worst, served))
+        check(left == 0, "%d slowloris connections still open after 5 s" %
+              left)
+        check(worst <= 3.5, "closed by the deadline: last after %.2f s" %
+              worst)
+        check(served is not None and served < 1.0,
+              "real client served in %s s" % served)
+        st = server.stats()
+        check(st["header_timeouts"] >= 200, "header timeouts counted: %r" %
+              st["header_timeouts"])
+    finally:
+        stop_ok(server)
+    return 0
+
+
+# ----------------------------------------------------------- never-read
+
+def pipeline_forever(sock, stop, tag):
+    # /stats has the largest answer (~1 KB): the kernel's buffers fill
+    # sooner, so the server's own bounds are reached within the test.
+    burst = b"".join(request("/work?n=1&id=%s-%d" % (tag, i)) +
+                     request("/stats") for i in range(50))
+    try:
+        while not stop.is_set():
+            sock.sendall(burst)
+    except OSError:
+        pass
+
+
+def test_never_read(binary, clients=100, opts=None, report=None,
+                    duration=12):
+    """With report (a dict), runs for duration s whatever happens and fills
+    report with VmRSS samples instead of checking (attack_plot.py)."""
+    if opts is None:
+        opts = ["--write-timeout", 3000, "--sndbuf", 65536]
+    server = Server(binary, "pool", threads=2, extra=opts)
+    stop = threading.Event()
+    try:
+        timed_get(server, "/work?n=1&id=warm")
+        base = rss_mb(server)
+        socks, threads = [], []
+        for i in range(clients):
+            s = socket.socket()
+            # A small window, so that the kernel's buffers fill quickly and
+            # the server's own bounds are what is measured.
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            s.connect((server.host, server.port))
+            socks.append(s)
+            t = threading.Thread(target=pipeline_forever,
+                                 args=(s, stop, "nr%d" % i), daemon=True)
+            t.start()
+            threads.append(t)
+        t0 = time.monotonic()
+        peak = base
+        samples = []
+        closed = 0
+        while time.monotonic() - t0 < duration:
+            rss = rss_mb(server)
+            peak = max(peak, rss)
+            samples.append((time.monotonic() - t0, rss))
+            # Asked of the server: the clients must not read, not even to
+            # find an EOF behind the answers in their buffers.
+            if report is None and len(samples) % 5 == 0:
+                closed = server.stats().get("write_timeouts", 0)
+            if closed >= clients and report is None:
+                break
+            time.sleep(0.1)
+        stop.set()
+        for s in socks:
+            s.close()
+        print("never-read: %d clients; VmRSS %.1f MB idle, peak %.1f MB "
+              "(+%.1f MB); %d closed after %.1f s" %
+              (clients, base, peak, peak - base, closed,
+               time.monotonic() - t0))
+        if report is not None:
+            report.update(base=base, peak=peak, samples=samples)
+            return 0
+        if sanitizer(server):
+            print("never-read: under %s, VmRSS is not checked" %
+                  sanitizer(server))
+        else:
+            check(peak - base < RSS_CAP_MB, "VmRSS grew by %.1f MB (cap %d)"
+                  % (peak - base, RSS_CAP_MB))
+        check(closed == clients, "%d of %d never-reading clients closed by "
+              "the write deadline" % (closed, clients))
+        r, dt = timed_get(server, "/health")
+        check(r[0] == 200, "still serving")
+        st = server.stats()
+        print("never-read: stalls=%d write_blocks=%d write_timeouts=%d" %
+              (st["stalls"], st["write_blocks"], st["write_timeouts"]))
+    finally:
+        stop.set()
+        if report is None:
+            stop_ok(server)
+        else:
+            server.stop()
+    return 0
+
+
+# ------------------------------------------------------------- fairness
+
+def heavy_pipeline(server, k, count, rounds, socks):
+    s = raw_connect(server, timeout=60)
+    socks.append(s)
+    s.sendall(b"".join(request("/work?n=%d&id=heavy%d-%d" % (rounds, k, i))
+                       for i in range(count)))
+
+
+def test_fairness(binary, opts=(), report=None, victims=5):
+    server = Server(binary, "pool", threads=2, extra=list(opts))
+    socks = []
+    try:
+        for k in range(4):
+            heavy_pipeline(server, k, 40, HEAVY_ROUNDS, socks)
+        time.sleep(0.5)  # Every heavy connection has work queued.
+        lat = []
+        for i in range(victims):
+            r, dt = timed_get(server, "/work?n=1&id=victim%d" % i, 60)
+            check(r[2] == work_body("victim%d" % i, 1), "victim: %r" % (r,))
+            r, dh = timed_get(server, "/health", 60)
+            check(r[0] == 200, "health: %r" % (r,))
+            lat.append((dt, dh))
+            time.sleep(0.2)
+        worst_work = max(w for w, _ in lat)
+        worst_health = max(h for _, h in lat)
+        print("fairness: 4 x 40 pipelined /work?n=%d on 2 threads; light "
+              "/work n=1: worst %.3f s, /health: worst %.3f s (bound %.1f s)"
+              % (HEAVY_ROUNDS, worst_work, worst_health, FAIR_BOUND_S))
+        if report is not None:
+            report.update(work=[w for w, _ in lat],
+                          health=[h for _, h in lat])
+            return 0
+        check(worst_work < FAIR_BOUND_S, "light /work waited %.2f s" %
+              worst_work)
+        check(worst_health < FAIR_BOUND_S, "/health waited %.2f s" %
+              worst_health)
+    finally:
+        for s in socks:
+            s.close()  # Their queued work is cancelled.
+        if report is None:
+            stop_ok(server)
+        else:
+            server.stop()
+    return 0
+
+
+# ----------------------------------------------------------- half-close
+
+def test_half_close(binary):
+    for mode in ("pool", "loop"):
+        server = Server(binary, mode, threads=2)
+        try:
+            want = []
+            data = []
+            for i in range(60):
+                if i % 6 == 5:
+                    data.append(request("/health"))
+                    want.append("ok\n")
+                else:
+                    data.append(request("/work?n=%d&id=hc%d" % (i * 300, i)))
+                    want.append(work_body("hc%d" % i, i * 300))
+            c = server.connect(10)
+            c.send(b"".join(data))
+            c.sock.shutdown(socket.SHUT_WR)
+            got = []
+            while True:
+                r = c.read_response()
+                if r is None:
+                    break
+                got.append(r[2])
+            c.close()
+            check(got == want, "%s: %d answers of 60, in order: %s" %
+                  (mode, len(got), got == want[:len(got)]))
+            print("half-close %s: 60 answers in order, then EOF" % mode)
+            st = server.stats()
+            check(st["half_closes"] >= 1, "half-close counted")
+        finally:
+            stop_ok(server)
+    return 0
+
+
+# ------------------------------------------------------------ malformed
+
+def raw_exchange(server, data, timeout=5):
+    c = server.connect(timeout)
+    c.send(data)
+    r = c.read_response()
+    return c, r
+
+
+def test_malformed(binary):
+    server = Server(binary, "pool", threads=2,
+                    extra=["--max-rounds", 5000, "--header-timeout", 1000,
+                           "--idle-timeout", 1500])
+    try:
+        for version in (b"2.0", b"9.9", b"1.2"):
+            c, r = raw_exchange(server, b"GET /health HTTP/" + version +
+                                b"\r\nHost: t\r\n\r\n")
+            check(r is not None and r[0] == 505, "HTTP/%s: %r" %
+                  (version.decode(), r))
+            check(c.at_eof(), "closed after the 505")
+            c.close()
+        c, r = raw_exchange(server, b"GET /health HTTP/1.1\r\n\r\n")
+        check(r[0] == 400 and r[1].get("connection") == "close",
+              "1.1 without Host: %r" % (r,))
+        check(c.at_eof(), "closed after the 400")
+        c.close()
+        c, r = raw_exchange(server, b"GET /health HTTP/1.1\r\nHost: a\r\n"
+                            b"Host: b\r\n\r\n")
+        check(r[0] == 400, "two Hosts: %r" % (r,))
+        c.close()
+        c, r = raw_exchange(server, b"GET /health HTTP/1.0\r\n\r\n")
+        check(r[0] == 200, "1.0 needs no Host: %r" % (r,))
+        c.close()
+
+        # The cost cap: 400, and the connection goes on.
+        c = server.connect(5)
+        check(c.get("/work?n=5000&id=cap")[2] == work_body("cap", 5000),
+              "n at the cap")
+        r = c.get("/work?n=5001&id=cap")
+        check(r[0] == 400 and "limit" in r[2], "n over the cap: %r" % (r,))
+        r = c.get("/work?n=99999999999999999999999&id=cap")
+        check(r[0] == 400, "a huge n: %r" % (r,))
+        check(c.get("/health")[0] == 200, "kept after the 400")
+        c.close()
+
+        # Expect: 100-continue: the 100, then the body, then the answer.
+        c = server.connect(5)
+        c.send(b"GET /health HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\n"
+               b"Expect: 100-continue\r\n\r\n")
+        r = c.read_response()
+        check(r is not None and r[0] == 100, "100 Continue: %r" % (r,))
+        c.send(b"hello")
+        check(c.read_response()[0] == 200, "answer after the body")
+        # Behind a pipelined request: its answer first, then the 100.
+        c.send(request("/work?n=3000&id=first") +
+               b"GET /health HTTP/1.1\r\nHost: t\r\nContent-Length: 3\r\n"
+               b"Expect: 100-continue\r\n\r\n")
+        check(c.read_response()[2] == work_body("first", 3000),
+              "the earlier answer first")
+        check(c.read_response()[0] == 100, "then the 100")
+        c.send(b"abc")
+        check(c.read_response()[2] == "ok\n", "then the answer")
+        c.close()
+        c, r = raw_exchange(server, b"GET /health HTTP/1.1\r\nHost: t\r\n"
+                            b"Expect: teapot\r\nContent-Length: 1\r\n\r\nx")
+        check(r[0] == 417, "another expectation: %r" % (r,))
+        c.close()
+
+        # A Content-Length larger than the body, and a silent connection:
+        # closed by the header deadline. An idle keep-alive: closed by the
+        # idle deadline, not before.
+        t0 = time.monotonic()
+        short = raw_connect(server)
+        short.sendall(b"GET /health HTTP/1.1\r\nHost: t\r\n"
+                      b"Content-Length: 100\r\n\r\nabc")
+        silent = raw_connect(server)
+        idle = server.connect(5)
+        check(idle.get("/health")[0] == 200, "idle: one answer")
+        t_idle = time.monotonic()
+        done = {}
+        while time.monotonic() - t0 < 6 and len(done) < 3:
+            for name, s in (("short", short), ("silent", silent),
+                            ("idle", idle.sock)):
+                if name not in done and closed_by_peer(s):
+                    done[name] = time.monotonic() - (
+                        t_idle if name == "idle" else t0)
+            time.sleep(0.02)
+        print("malformed: closed after (s): %r" % done)
+        check("short" in done and done["short"] < 2.5,
+              "short body closed by the deadline: %r" % done)
+        check("silent" in done and done["silent"] < 2.5,
+              "silent connection closed by the deadline: %r" % done)
+        check("idle" in done and 1.3 < done["idle"] < 3.5,
+              "idle keep-alive closed after --idle-timeout: %r" % done)
+        for s in (short, silent):
+            s.close()
+        idle.close()
+        st = server.stats()
+        check(st["header_timeouts"] >= 2 and st["idle_timeouts"] >= 1,
+              "timeouts counted: %r" % st)
+    finally:
+        stop_ok(server)
+    return 0
+
+
+# ---------------------------------------------------------------- churn
+
+def churn_one(server, way, errors):
+    try:
+        s = raw_connect(server, timeout=10)
+        if way == 1:
+            s.sendall(request("/work?n=10&id=ch"))
+            data = b""
+            while b"sha256=" not in data:
+                chunk = s.recv(4096)
+                if not chunk:
+                    raise RuntimeError("EOF before the answer")
+                data += chunk
+        elif way == 2:
+            s.sendall(b"GET /work?n=10&id=half HTTP/1.1\r\nHo")
+        elif way == 3:
+            s.sendall(request("/work?n=20000&id=rst") * 3)
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                         struct.pack("ii", 1, 0))
+        s.close()
+    except Exception as e:  # noqa: BLE001 - reported as a failure
+        errors.append(repr(e))
+
+
+def test_churn(binary):
+    server = Server(binary, "pool", threads=2)
+    try:
+        timed_get(server, "/work?n=1&id=warm")
+        time.sleep(0.2)
+        base = fd_count(server)
+        errors = []
+        for wave in range(4):
+            threads = [threading.Thread(target=churn_one,
+                                        args=(server, i % 4, errors))
+                       for i in range(250)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(30)
+        check(not errors, "churn clients: %s" % errors[:5])
+        back = harness.wait_until(lambda: fd_count(server) <= base, 20)
+        print("churn: 1000 connections; descriptors %d before, %d after" %
+              (base, fd_count(server)))
+        check(back, "descriptors back to the baseline %d: %d" %
+              (base, fd_count(server)))
+        r, _ = timed_get(server, "/work?n=5&id=after")
+        check(r[2] == work_body("after", 5), "still serving")
+        st = server.stats()
+        check(st["accepted"] >= 1001, "accepted: %r" % st["accepted"])
+    finally:
+        stop_ok(server)
+    return 0
+
+
+# ------------------------------------------------------------- conn-cap
+
+def read_status(sock, timeout=5):
+    """The status of the first answer on sock, 0 on EOF or reset first."""
+    sock.settimeout(timeout)
+    data = b""
+    try:
+        while b"\r\n" not in data:
+            chunk = sock.recv(4096)
+            if not chunk:
+                return 0
+            data += chunk
+    except (ConnectionResetError, BrokenPipeError):
+        return 0
+    return int(data.split(b" ", 2)[1])
+
+
+def test_conn_cap(binary):
+    server = Server(binary, "pool", threads=2, extra=["--max-conns", 20])
+    try:
+        kept = [server.connect(5) for _ in range(20)]
+        for c in kept:
+            check(c.get("/health")[0] == 200, "within the cap")
+        over = [raw_connect(server) for _ in range(10)]
+        statuses = []
+        for s in over:
+            s.sendall(request("/health"))
+            statuses.append(read_status(s))
+            check(closed_by_peer(s) or read_status(s) == 0,
+                  "closed after the 503")
+            s.close()
+        check(statuses == [503] * 10, "503 beyond the cap: %r" % statuses)
+        for c in kept:
+            check(c.get("/health")[0] == 200, "the 20 still served")
+        kept.pop().close()
+
+        def freed():
+            c = server.connect(5)
+            try:
+                return c.get("/health")[0] == 200
+            finally:
+                c.close()
+        check(harness.wait_until(freed, 5), "a freed slot is served")
+        for c in kept:
+            c.close()
+        print("conn-cap: 10 of 10 beyond --max-conns 20 got 503")
+    finally:
+        stop_ok(server)
+
+    # A hard descriptor limit of 100: the server fits its caps under it
+    # and answers or closes every connection, without an EMFILE spiral.
+    def low_nofile():
+        resource.setrlimit(resource.RLIMIT_NOFILE, (100, 100))
+    server = Server(binary, "pool", threads=2, preexec_fn=low_nofile)
+    try:
+        socks = []
+        for _ in range(300):
+            try:
+                socks.append(raw_connect(server))
+            except OSError:
+                pass
+        counts = {}
+        for s in socks:
+            try:
+                s.sendall(request("/health"))
+            except OSError:
+                pass
+        for s in socks:
+            st = read_status(s, 10)
+            counts[st] = counts.get(st, 0) + 1
+        for s in socks:
+            s.close()
+        print("conn-cap: RLIMIT_NOFILE 100, %d connections: %r "
+              "(0 = closed unanswered)" % (len(socks), counts))
+        check(counts.get(200, 0) > 0 and counts.get(503, 0) > 0,
+              "some served, some refused: %r" % counts)
+        check(set(counts) <= {0, 200, 503}, "only 200, 503 or a close")
+        r, _ = timed_get(server, "/health")
+        check(r[0] == 200, "still serving")
+    finally:
+        stop_ok(server)
+    return 0
+
+
+TESTS = {
+    "slowloris": test_slowloris,
+    "never-read": test_never_read,
+    "fairness": test_fairness,
+    "half-close": test_half_close,
+    "malformed": test_malformed,
+    "churn": test_churn,
+    "conn-cap": test_conn_cap,
+}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("test", choices=sorted(TESTS))
+    ap.add_argument("--server", required=True)
+    args = ap.parse_args()
+    t0 = time.monotonic()
+    try:
+        rc = TESTS[args.test](args.server)
+    except Failure as e:
+        print("FAILED: %s" % e)
+        return 1
+    print("%s: ok in %.1fs" % (args.test, time.monotonic() - t0))
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())
