@@ -160,6 +160,16 @@ static void finish_periodic(uvs_sched_t* s, uvs_worker_t* w, uvs_task_t* t) {
 }
 
 
+/* Counts a run in a field the drains of w write: one drain of a serial
+ * worker at a time (a store will do), the lanes of a wide one at once. */
+static inline void count_run(uvs_worker_t* w, uint64_t* field) {
+  if (w->keys == NULL)
+    uvs__bump(field);
+  else
+    __atomic_fetch_add(field, 1, __ATOMIC_RELAXED);
+}
+
+
 /* Runs one task a drain took from its batch. No lock held. */
 static inline __attribute__((always_inline)) void run_one(uvs_sched_t* s,
                     uvs_worker_t* w,
@@ -173,8 +183,8 @@ static inline __attribute__((always_inline)) void run_one(uvs_sched_t* s,
   if (t->done_cb == NULL) {
     /* Custody ends as run_cb is entered: count it now and never touch the
      * task again (a post node is ours: it is recycled after the run). */
-    uvs__bump(&w->nran);
-    uvs__bump(&w->nended_run);
+    count_run(w, &w->nran);
+    count_run(w, &w->nended_run);
     if (!(st & UVS__T_POST))
       uvs__store_rel(&t->state, UVS__T_FINISHED);
     uvs__tls.current = t;
@@ -193,18 +203,18 @@ static inline __attribute__((always_inline)) void run_one(uvs_sched_t* s,
   t->run_cb(t);
   rescheduled = uvs__tls.rescheduled;
   uvs__tls.current = NULL;
-  uvs__bump(&w->nran);
+  count_run(w, &w->nran);
 
   if (rescheduled) {
     /* The task is in a new custody already; this one ends unhanded. */
-    uvs__bump(&w->nended_run);
+    count_run(w, &w->nended_run);
     uvs__end_run(t);
   } else if (st & UVS__T_PERIODIC) {
     uv_mutex_lock(&s->lock);
     finish_periodic(s, w, t);
     uv_mutex_unlock(&s->lock);
   } else if (uvs__to_handback(t, 0)) {
-    uvs__bump(&w->nended_run);
+    count_run(w, &w->nended_run);
     uvs__chain_add(done, t);
   }
 }
