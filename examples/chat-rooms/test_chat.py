@@ -14,6 +14,7 @@
           --max-outq; the room's other members get every message
 
   test_chat.py NAME --server BUILDDIR/examples/chat-rooms/chat-rooms
+  test_chat.py rooms --rooms 16 --per-room 2 --messages 300 --server ...
 
 Each test starts its own server on a free port of 127.0.0.1 and stops it with
 SIGTERM; a server that exits non-zero (its own order, overlap and leak checks)
@@ -153,9 +154,8 @@ def check_room(room, logs, senders, per):
         check(lines == first, "%s saw room %d in another order" % (nick, room))
 
 
-def test_rooms(binary):
-    rooms, per_room, per = 4, 3, 150
-    server = Server(binary, "--rooms", "8", "--work-us", "50")
+def test_rooms(binary, rooms=4, per_room=3, per=150):
+    server = Server(binary, "--rooms", str(max(8, rooms)), "--work-us", "50")
     try:
         clients = {}
         for r in range(1, rooms + 1):
@@ -330,8 +330,15 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("name", choices=sorted(TESTS))
     ap.add_argument("--server", required=True)
+    ap.add_argument("--rooms", type=int, default=4, help="rooms: rooms used")
+    ap.add_argument("--per-room", type=int, default=3,
+                    help="rooms: clients per room")
+    ap.add_argument("--messages", type=int, default=150,
+                    help="rooms: messages per client")
     a = ap.parse_args()
     try:
+        if a.name == "rooms":
+            return test_rooms(a.server, a.rooms, a.per_room, a.messages)
         return TESTS[a.name](a.server)
     except (Failure, OSError) as e:
         print("FAIL: %s" % e)
