@@ -44,6 +44,10 @@ typedef struct bench_cfg_s {
   size_t post_tasks;       /* s8 */
   size_t report_tasks;     /* s9: tasks per load */
   size_t report_hops;      /* s9: hand-offs per repetition */
+  size_t keyed_keys;       /* s10: keys on the width-4 worker */
+  size_t keyed_per;        /* s10: tasks per key */
+  size_t clock_tasks;      /* s12: periodic tasks */
+  uint64_t clock_steps;    /* s12: 1 s steps of the stepped case */
 } bench_cfg_t;
 
 
@@ -367,6 +371,9 @@ void bench_s6_fire(const bench_cfg_t* cfg);         /* scenarios-timer.c */
 void bench_s7_scale(const bench_cfg_t* cfg);        /* scenarios-scale.c */
 void bench_s8_alloc(const bench_cfg_t* cfg);        /* scenarios-pool.c */
 void bench_s9_report(const bench_cfg_t* cfg);       /* scenarios-loop.c */
+void bench_s10_keyed(const bench_cfg_t* cfg);       /* scenarios-keys.c */
+void bench_s11_metrics(const bench_cfg_t* cfg);     /* scenarios-keys.c */
+void bench_s12_manual_clock(const bench_cfg_t* cfg); /* scenarios-keys.c */
 
 /* From src/internal.h, exported by uvsched_internal: allocations so far. */
 unsigned long uvs__alloc_count(void);

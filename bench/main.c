@@ -67,6 +67,12 @@ static const scenario_t scenarios[] = {
     {"s8", "alloc", "allocations per schedule; uvs_post", bench_s8_alloc},
     {"s9", "report", "submissions, wake-ups, hand-off latency",
      bench_s9_report},
+    {"s10", "keyed", "100k keys x 10 tasks on a width-4 worker vs serial",
+     bench_s10_keyed},
+    {"s11", "metrics", "s1's load with metrics, or bounded, vs plain",
+     bench_s11_metrics},
+    {"s12", "manual-clock", "10k periodic tasks under a manual clock",
+     bench_s12_manual_clock},
 };
 
 #define NSCENARIOS (sizeof(scenarios) / sizeof(scenarios[0]))
@@ -805,6 +811,10 @@ static void cfg_full(bench_cfg_t* c) {
   c->post_tasks = 1000000;
   c->report_tasks = 200000;
   c->report_hops = 5000;
+  c->keyed_keys = 100000;
+  c->keyed_per = 10;
+  c->clock_tasks = 10000;
+  c->clock_steps = 60;
 }
 
 
@@ -829,6 +839,10 @@ static void cfg_smoke(bench_cfg_t* c) {
   c->post_tasks = 20000;
   c->report_tasks = 5000;
   c->report_hops = 100;
+  c->keyed_keys = 2000;
+  c->keyed_per = 10;
+  c->clock_tasks = 1000;
+  c->clock_steps = 5;
 }
 
 

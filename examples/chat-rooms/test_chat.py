@@ -1,0 +1,349 @@
+#!/usr/bin/env python3
+"""Tests of examples/chat-rooms (meson suite 'examples'), one per name:
+
+  rooms   4 rooms x 3 clients, each client sending 150 messages at once:
+          every client gets exactly its room's 450 messages and no other
+          room's, numbered 1..450 with an unbroken digest chain, each
+          sender's messages in the order it sent them, and the same order
+          at every member of the room
+  limits  the caps and timeouts: a line over --max-line, a first line that
+          is not JOIN, an unknown room, a client that says nothing for
+          --idle-ms, a connection over --max-conns: each gets its ERR line
+          and is closed, and the server goes on serving
+  slow    a member that never reads is dropped when its output queue passes
+          --max-outq; the room's other members get every message
+
+  test_chat.py NAME --server BUILDDIR/examples/chat-rooms/chat-rooms
+  test_chat.py rooms --rooms 16 --per-room 2 --messages 300 --server ...
+
+Each test starts its own server on a free port of 127.0.0.1 and stops it with
+SIGTERM; a server that exits non-zero (its own order, overlap and leak checks)
+fails the test. Every socket has a timeout, every loop a bound. Exit status:
+0 passed, 1 failed.
+"""
+
+import argparse
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+FNV_OFFSET = 0xcbf29ce484222325
+FNV_PRIME = 0x100000001b3
+MASK = (1 << 64) - 1
+TIMEOUT = 20  # seconds for any one socket operation
+
+
+class Failure(Exception):
+    pass
+
+
+def check(cond, what):
+    if not cond:
+        raise Failure(what)
+
+
+def fnv1a(h, data):
+    for b in data:
+        h = ((h ^ b) * FNV_PRIME) & MASK
+    return h
+
+
+class Server:
+    def __init__(self, binary, *extra):
+        self.args = [binary, "--host", "127.0.0.1", "--port", "0"] + list(extra)
+        self.proc = subprocess.Popen(self.args, stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True)
+        self.err = []
+        self.t = threading.Thread(target=lambda: self.err.extend(
+            self.proc.stderr), daemon=True)
+        self.t.start()
+        line = self.proc.stdout.readline()
+        m = re.search(r"listening on ([0-9.]+):(\d+)", line)
+        if not m:
+            self.proc.kill()
+            raise Failure("server did not start: %r" % line)
+        self.port = int(m.group(2))
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            rc = self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            rc = self.proc.wait()
+            self.err.append("(killed: did not stop within 30 s)\n")
+        self.t.join(10)
+        self.proc.stdout.close()
+        sys.stdout.write("".join(self.err))
+        check(rc == 0, "server exited %s" % rc)
+        return "".join(self.err)
+
+
+class Client:
+    def __init__(self, port, rcvbuf=None):
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        if rcvbuf:
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+        self.sock.settimeout(TIMEOUT)
+        self.sock.connect(("127.0.0.1", port))
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.buf = b""
+
+    def send(self, data):
+        self.sock.sendall(data)
+
+    def line(self):
+        """The next line, or None at EOF."""
+        while b"\n" not in self.buf:
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                return None
+            self.buf += chunk
+        line, self.buf = self.buf.split(b"\n", 1)
+        return line.decode()
+
+    def join(self, room, nick):
+        self.send(b"JOIN %d %s\n" % (room, nick.encode()))
+        line = self.line()
+        check(line == "JOINED %d" % room, "JOIN answered %r" % line)
+
+    def expect_err(self, what):
+        line = self.line()
+        check(line == "ERR " + what, "expected ERR %s, got %r" % (what, line))
+        rest = self.line()
+        check(rest is None, "expected close after ERR %s, got %r" % (what,
+                                                                      rest))
+
+    def close(self):
+        self.sock.close()
+
+
+def check_room(room, logs, senders, per):
+    """logs: {nick: [MSG lines]} of one room's members."""
+    want = len(senders) * per
+    first = None
+    for nick, lines in logs.items():
+        check(len(lines) == want, "%s in room %d got %d of %d messages" %
+              (nick, room, len(lines), want))
+        h = FNV_OFFSET
+        sent = {s: 0 for s in senders}
+        for i, line in enumerate(lines):
+            parts = line.split(" ", 5)
+            check(len(parts) == 6 and parts[0] == "MSG", "bad line %r" % line)
+            check(int(parts[1]) == room, "%s in room %d got %r" %
+                  (nick, room, line))
+            check(int(parts[2]) == i + 1, "%s: seq %s at %d" %
+                  (nick, parts[2], i + 1))
+            h = fnv1a(h, parts[5].encode())
+            check(int(parts[3], 16) == h, "%s: digest chain broken at %d" %
+                  (nick, i + 1))
+            sender = parts[4]
+            check(sender in sent, "%s: unknown sender %r" % (nick, sender))
+            check(parts[5] == "m %s %d" % (sender, sent[sender]),
+                  "%s: %s's message %r out of send order (want %d)" %
+                  (nick, sender, parts[5], sent[sender]))
+            sent[sender] += 1
+        if first is None:
+            first = lines
+        check(lines == first, "%s saw room %d in another order" % (nick, room))
+
+
+def test_rooms(binary, rooms=4, per_room=3, per=150):
+    server = Server(binary, "--rooms", str(max(8, rooms)), "--work-us", "50")
+    try:
+        clients = {}
+        for r in range(1, rooms + 1):
+            for k in range(per_room):
+                nick = "r%du%d" % (r, k)
+                c = Client(server.port)
+                c.join(r, nick)
+                clients[nick] = (r, c)
+        logs = {nick: [] for nick in clients}
+        errors = []
+
+        def run(nick, room, c):
+            try:
+                # Sends and reads at once, as a chat client does: the
+                # server pauses reading a sender past --max-inflight.
+                def reader():
+                    try:
+                        for _ in range(per_room * per):
+                            line = c.line()
+                            if line is None:
+                                break
+                            logs[nick].append(line)
+                    except Exception as e:  # noqa: BLE001
+                        errors.append("%s: %s" % (nick, e))
+                t = threading.Thread(target=reader)
+                t.start()
+                for i in range(per):
+                    c.send(("m %s %d\n" % (nick, i)).encode())
+                t.join(TIMEOUT * 3)
+                if t.is_alive():
+                    errors.append("%s: reader hung" % nick)
+            except Exception as e:  # noqa: BLE001
+                errors.append("%s: %s" % (nick, e))
+
+        threads = [threading.Thread(target=run, args=(n, r, c))
+                   for n, (r, c) in clients.items()]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(TIMEOUT * 4)
+        check(not errors, "; ".join(errors))
+        for r in range(1, rooms + 1):
+            members = [n for n, (rr, _) in clients.items() if rr == r]
+            check_room(r, {n: logs[n] for n in members}, members, per)
+        for _, c in clients.values():
+            c.close()
+        print("rooms: %d clients in %d rooms, %d messages each, all in order"
+              % (len(clients), rooms, per))
+    finally:
+        err = server.stop()
+    m = re.search(r"max_parallel=(\d+)", err)
+    check(m is not None, "no max_parallel in the server's report")
+    print("rooms: at most %s messages ran at once" % m.group(1))
+    return 0
+
+
+def test_limits(binary):
+    server = Server(binary, "--max-line", "64", "--idle-ms", "300",
+                    "--max-conns", "3", "--rooms", "4")
+    try:
+        c = Client(server.port)
+        c.join(1, "a")
+        c.send(b"x" * 100 + b"\n")
+        c.expect_err("line too long")
+        c.close()
+
+        c = Client(server.port)
+        c.send(b"HELLO\n")
+        c.expect_err("expected JOIN <room> <nick>")
+        c.close()
+
+        c = Client(server.port)
+        c.send(b"JOIN 5 a\n")
+        c.expect_err("expected JOIN <room> <nick>")
+        c.close()
+
+        c = Client(server.port)
+        t0 = time.monotonic()
+        c.join(1, "quiet")
+        c.expect_err("idle")
+        took = time.monotonic() - t0
+        check(took < 10, "idle close took %.1f s" % took)
+        c.close()
+
+        held = []
+        for k in range(3):
+            h = Client(server.port)
+            h.join(2, "h%d" % k)
+            h.send(b"PING\n")
+            check(h.line() == "PONG", "no PONG")
+            held.append(h)
+        extra = Client(server.port)
+        extra.expect_err("full")
+        extra.close()
+        # The held ones still talk.
+        held[0].send(b"hello\n")
+        for h in held:
+            line = h.line()
+            check(line is not None and line.startswith("MSG 2 1 ")
+                  and line.endswith(" h0 hello"), "got %r" % line)
+        for h in held:
+            h.close()
+        # Room for a new one once they are gone (the server sees the EOFs).
+        deadline = time.monotonic() + 10
+        while True:
+            c = Client(server.port)
+            c.send(b"JOIN 3 z\n")
+            line = c.line()
+            c.close()
+            if line == "JOINED 3":
+                break
+            check(line == "ERR full" and time.monotonic() < deadline,
+                  "after the close: %r" % line)
+            time.sleep(0.05)
+        print("limits: line cap, bad JOIN, idle timeout, connection cap")
+    finally:
+        server.stop()
+    return 0
+
+
+def test_slow(binary):
+    n, window = 2000, 50
+    server = Server(binary, "--max-outq", "65536", "--sndbuf", "4096",
+                    "--rooms", "2", "--max-line", "512")
+    try:
+        slow = Client(server.port, rcvbuf=4096)
+        slow.join(1, "slow")
+        reader = Client(server.port)
+        reader.join(1, "reader")
+        sender = Client(server.port)
+        sender.join(1, "sender")
+        # One thread, a window of messages at a time: the two readers are
+        # never more than a window behind, so only the member that does not
+        # read at all can pass --max-outq.
+        pad = "p" * 200
+        got = []
+        for base in range(0, n, window):
+            sender.send(b"".join(("%d %s\n" % (i, pad)).encode()
+                                 for i in range(base, base + window)))
+            for _ in range(window):
+                check(sender.line() is not None, "sender closed")
+                line = reader.line()
+                check(line is not None, "reader closed")
+                got.append(line)
+        for i, line in enumerate(got):
+            check(line.split(" ", 5)[5] == "%d %s" % (i, pad),
+                  "message %d out of order" % i)
+        # The slow one was dropped: what it was sent ends in EOF.
+        total = 0
+        while True:
+            chunk = slow.sock.recv(65536)
+            if not chunk:
+                break
+            total += len(chunk)
+        check(total < n * len(pad), "the slow member got everything")
+        for c in (slow, reader, sender):
+            c.close()
+    finally:
+        err = server.stop()
+    m = re.search(r"slow_dropped=(\d+)", err)
+    check(m is not None and int(m.group(1)) == 1,
+          "slow_dropped is not 1: %s" % (m.group(1) if m else None))
+    print("slow: the member that did not read was dropped; the others got "
+          "all %d messages in order" % n)
+    return 0
+
+
+TESTS = {"rooms": test_rooms, "limits": test_limits, "slow": test_slow}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("name", choices=sorted(TESTS))
+    ap.add_argument("--server", required=True)
+    ap.add_argument("--rooms", type=int, default=4, help="rooms: rooms used")
+    ap.add_argument("--per-room", type=int, default=3,
+                    help="rooms: clients per room")
+    ap.add_argument("--messages", type=int, default=150,
+                    help="rooms: messages per client")
+    a = ap.parse_args()
+    try:
+        if a.name == "rooms":
+            return test_rooms(a.server, a.rooms, a.per_room, a.messages)
+        return TESTS[a.name](a.server)
+    except (Failure, OSError) as e:
+        print("FAIL: %s" % e)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
