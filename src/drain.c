@@ -457,9 +457,11 @@ void uvs__drain(uvs_worker_t* w, uvs__lane_t* lane) {
      * the keys let the next task of each start. */
     uvs__chain_push(s, &done);
     ran += i;
-    /* The real clock once a batch as well: the tick counter of another
-     * core may run behind this one's. */
-    if (sl.end_ns != 0 && !over) {
+    /* The real clock once a batch (every UVS__BATCH tasks for a lane, which
+     * takes one at a time) as well: the tick counter of another core may
+     * run behind this one's. */
+    if (sl.end_ns != 0 && !over &&
+        (lane == NULL || ran % UVS__BATCH < i)) {
       if (uv_hrtime() >= sl.end_ns)
         over = 1;
       else if (batch_max < UVS__BATCH)

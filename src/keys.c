@@ -201,6 +201,15 @@ static void ent_del(uvs__keys_t* k, uvs__kent_t* e) {
 }
 
 
+/* The task its key runs next. While queued a task's tnode is free (it is
+ * used only in the timer wheel): the head keeps its entry there, so that
+ * a lane finds it without a lookup. */
+static void set_head(uvs__kent_t* e, uvs_task_t* t) {
+  e->head = t;
+  t->tnode.next = (uvs__queue_t*) e;
+}
+
+
 int uvs__keys_intake(uvs_worker_t* w) {
   uvs__keys_t* k;
   uvs__kent_t* e;
@@ -226,7 +235,7 @@ int uvs__keys_intake(uvs_worker_t* w) {
       uvs__queue_unshift(&w->fifo, &t->node);
       return UV_ENOMEM;
     }
-    e->head = t;
+    set_head(e, t);
     uvs__queue_push(&w->kready, &t->node);
   }
 }
@@ -240,7 +249,7 @@ uvs_task_t* uvs__keys_pick(uvs_worker_t* w, uvs__kent_t** ent) {
   if (q == NULL)
     return NULL;
   t = uvs__container_of(q, uvs_task_t, node);
-  *ent = t->key != 0 ? lookup(w->keys, t->key) : NULL;
+  *ent = t->key != 0 ? (uvs__kent_t*) t->tnode.next : NULL;
   return t;
 }
 
@@ -258,7 +267,7 @@ void uvs__keys_release(uvs_worker_t* w, uvs__kent_t* e) {
     ent_del(w->keys, e);
     return;
   }
-  e->head = uvs__container_of(q, uvs_task_t, node);
+  set_head(e, uvs__container_of(q, uvs_task_t, node));
   uvs__queue_push(&w->kready, q);
 }
 

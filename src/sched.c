@@ -4,6 +4,27 @@
 
 #include <string.h>
 
+/* The scheduler's lock is held for a few dozen instructions at a time, by
+ * drains on several pool threads at once under load: where glibc has it,
+ * an adaptive mutex spins a little before it sleeps in the kernel. */
+static int lock_init(uv_mutex_t* lock) {
+#if defined(__GLIBC__) && defined(PTHREAD_ADAPTIVE_MUTEX_INITIALIZER_NP)
+  pthread_mutexattr_t attr;
+  int err;
+
+  if (pthread_mutexattr_init(&attr) != 0)
+    return UV_ENOMEM;
+  err = pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_ADAPTIVE_NP);
+  if (err == 0)
+    err = pthread_mutex_init(lock, &attr);
+  pthread_mutexattr_destroy(&attr);
+  return err == 0 ? 0 : UV_ENOMEM;
+#else
+  return uv_mutex_init(lock);
+#endif
+}
+
+
 int uvs_sched_init(uv_loop_t* loop,
                    uvs_sched_t* s,
                    const uvs_sched_options_t* options) {
@@ -22,7 +43,7 @@ int uvs_sched_init(uv_loop_t* loop,
   err = uvs__timers_init(&s->timers, uvs__clock_ms(s));
   if (err != 0)
     return err;
-  err = uv_mutex_init(&s->lock);
+  err = lock_init(&s->lock);
   if (err != 0) {
     uvs__timers_free(s->timers);
     return err;

@@ -50,9 +50,11 @@
     }                                                                      \
   } while (0)
 
-/* W_SCLOSING: closing without a callback (with the scheduler's close, or
- * from a run_cb with none): done when the scheduler's close is. */
-enum { W_FREE, W_OPEN, W_CLOSING, W_SCLOSING, W_CLOSED };
+/* W_SCLOSING: closing with the scheduler's close, which a worker close may
+ * still join with a callback of its own. W_QCLOSING: closed by the user
+ * without a callback (from a run_cb). Either is done, without a callback,
+ * when the scheduler's close is. */
+enum { W_FREE, W_OPEN, W_CLOSING, W_SCLOSING, W_QCLOSING, W_CLOSED };
 enum { S_OPEN, S_CLOSING, S_CLOSED };
 enum { T_IDLE, T_QUEUED, T_DELAYED, T_PERIODIC, T_CANCELLED, T_FINISHED };
 
@@ -139,7 +141,7 @@ static void run_cb(uvs_task_t* task) {
   uv_mutex_lock(&model_lock);
   sl = &slots[t->slot];
   CHECK(sl->state == W_OPEN || sl->state == W_CLOSING ||
-        sl->state == W_SCLOSING);
+        sl->state == W_SCLOSING || sl->state == W_QCLOSING);
   CHECK(on_loop() == (t->slot != 2));
   CHECK(!sl->ran_active);
   sl->ran_active = 1;
@@ -195,7 +197,7 @@ static void run_cb(uvs_task_t* task) {
     /* No callback: it ends, silently, by the scheduler's close at the
      * latest. */
     CHECK_RC(uvs_worker_close(&sl->w, UVS_DRAIN, NULL), 0);
-    sl->state = W_SCLOSING;
+    sl->state = W_QCLOSING;
     model_close(t->slot, UVS_DRAIN);
   }
 out:
@@ -270,7 +272,7 @@ static void sched_close_cb(uvs_sched_t* s) {
   CHECK(sched_state == S_CLOSING);
   for (i = 0; i < NSLOT; i++) {
     CHECK(slots[i].state != W_OPEN && slots[i].state != W_CLOSING);
-    if (slots[i].state == W_SCLOSING)
+    if (slots[i].state == W_SCLOSING || slots[i].state == W_QCLOSING)
       slots[i].state = W_CLOSED;
   }
   for (i = 0; i < NTASK; i++) {
