@@ -362,17 +362,17 @@ int bench_loop_latency(uv_loop_t* loop,
 
 /* ---- scenarios ---------------------------------------------------------- */
 
-void bench_s1_pool_one(const bench_cfg_t* cfg);     /* scenarios-pool.c */
-void bench_s2_pool_many(const bench_cfg_t* cfg);    /* scenarios-pool.c */
-void bench_s3_pool_foreign(const bench_cfg_t* cfg); /* scenarios-pool.c */
-void bench_s4_loop_foreign(const bench_cfg_t* cfg); /* scenarios-loop.c */
-void bench_s5_cancel(const bench_cfg_t* cfg);       /* scenarios-timer.c */
-void bench_s6_fire(const bench_cfg_t* cfg);         /* scenarios-timer.c */
-void bench_s7_scale(const bench_cfg_t* cfg);        /* scenarios-scale.c */
-void bench_s8_alloc(const bench_cfg_t* cfg);        /* scenarios-pool.c */
-void bench_s9_report(const bench_cfg_t* cfg);       /* scenarios-loop.c */
-void bench_s10_keyed(const bench_cfg_t* cfg);       /* scenarios-keys.c */
-void bench_s11_metrics(const bench_cfg_t* cfg);     /* scenarios-keys.c */
+void bench_s1_pool_one(const bench_cfg_t* cfg);      /* scenarios-pool.c */
+void bench_s2_pool_many(const bench_cfg_t* cfg);     /* scenarios-pool.c */
+void bench_s3_pool_foreign(const bench_cfg_t* cfg);  /* scenarios-pool.c */
+void bench_s4_loop_foreign(const bench_cfg_t* cfg);  /* scenarios-loop.c */
+void bench_s5_cancel(const bench_cfg_t* cfg);        /* scenarios-timer.c */
+void bench_s6_fire(const bench_cfg_t* cfg);          /* scenarios-timer.c */
+void bench_s7_scale(const bench_cfg_t* cfg);         /* scenarios-scale.c */
+void bench_s8_alloc(const bench_cfg_t* cfg);         /* scenarios-pool.c */
+void bench_s9_report(const bench_cfg_t* cfg);        /* scenarios-loop.c */
+void bench_s10_keyed(const bench_cfg_t* cfg);        /* scenarios-keys.c */
+void bench_s11_metrics(const bench_cfg_t* cfg);      /* scenarios-keys.c */
 void bench_s12_manual_clock(const bench_cfg_t* cfg); /* scenarios-keys.c */
 
 /* From src/internal.h, exported by uvsched_internal: allocations so far. */

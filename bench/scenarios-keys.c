@@ -31,8 +31,8 @@ static void lanes_reset(bench_lane_t* lanes, size_t n, bench_count_t* c) {
  * every call from these objects comes through here (libuv's and libc's own
  * do not). mallinfo2() would not do: a chunk freed on a pool thread stays
  * in that thread's cache and counts as in use. */
-static int64_t live_blocks;  /* atomic */
-static int64_t live_bytes;   /* atomic */
+static int64_t live_blocks; /* atomic */
+static int64_t live_bytes;  /* atomic */
 
 void* __real_malloc(size_t size);
 void* __real_calloc(size_t n, size_t size);
@@ -200,9 +200,9 @@ void bench_s10_keyed(const bench_cfg_t* cfg) {
         a0 = uvs__alloc_count();
         if (keyed_run(&k, "s10 keyed width 4") == 0) {
           after = (double) __atomic_load_n(&live_bytes, __ATOMIC_RELAXED);
-          blocks[run] = (double) (__atomic_load_n(&live_blocks,
-                                                  __ATOMIC_RELAXED) -
-                                  blocks0);
+          blocks[run] =
+              (double) (__atomic_load_n(&live_blocks, __ATOMIC_RELAXED) -
+                        blocks0);
           cw[run] = (double) k.cpu / (double) total;
           rw[run] = k.rate;
           allocs[run] = (double) (uvs__alloc_count() - a0);
@@ -232,10 +232,11 @@ void bench_s10_keyed(const bench_cfg_t* cfg) {
    * (and its tasks) be rather than hang. */
   uvs_sched_stats(&sched, &st);
   if (st.pending != 0) {
-    bench_fail("s10: every task ran, yet the scheduler counts %llu pending "
-               "(ran %llu of %llu): a close would never complete; not closed",
-               (unsigned long long) st.pending, (unsigned long long) st.ran,
-               (unsigned long long) st.scheduled);
+    bench_fail(
+        "s10: every task ran, yet the scheduler counts %llu pending "
+        "(ran %llu of %llu): a close would never complete; not closed",
+        (unsigned long long) st.pending, (unsigned long long) st.ran,
+        (unsigned long long) st.scheduled);
     return;
   }
   bench_check_stats(&sched, "s10");
@@ -270,9 +271,9 @@ void bench_s11_metrics(const bench_cfg_t* cfg) {
   int v;
 
   n = cfg->pool_tasks;
-  metrics_row = bench_row("s11.metrics",
-                          "s1's load, worker with metrics = 1, vs plain",
-                          "ns/task", BENCH_INFO, NAN, 0);
+  metrics_row =
+      bench_row("s11.metrics", "s1's load, worker with metrics = 1, vs plain",
+                "ns/task", BENCH_INFO, NAN, 0);
   bounded_row = bench_row("s11.bounded",
                           "s1's load, max_pending huge (never full), vs plain",
                           "ns/task", BENCH_INFO, NAN, 0);
@@ -311,16 +312,13 @@ void bench_s11_metrics(const bench_cfg_t* cfg) {
     bench_row_add(bounded_row, cpu[2][run], cpu[0][run]);
   }
   bench_figure("s11.rate.plain", bench_median(rate[0], cfg->runs), "tasks/s");
-  bench_figure("s11.rate.metrics", bench_median(rate[1], cfg->runs),
-               "tasks/s");
-  bench_figure("s11.rate.bounded", bench_median(rate[2], cfg->runs),
-               "tasks/s");
+  bench_figure("s11.rate.metrics", bench_median(rate[1], cfg->runs), "tasks/s");
+  bench_figure("s11.rate.bounded", bench_median(rate[2], cfg->runs), "tasks/s");
   if (uvs_worker_metrics(&workers[1], &m) == 0) {
-    if (m.ran != (uint64_t) n * (uint64_t) cfg->runs ||
-        m.run.count != m.ran || m.wait.count != m.ran)
+    if (m.ran != (uint64_t) n * (uint64_t) cfg->runs || m.run.count != m.ran ||
+        m.wait.count != m.ran)
       bench_fail("s11: metrics ran %llu, run.count %llu, wait.count %llu",
-                 (unsigned long long) m.ran,
-                 (unsigned long long) m.run.count,
+                 (unsigned long long) m.ran, (unsigned long long) m.run.count,
                  (unsigned long long) m.wait.count);
     bench_figure("s11.run.mean", (double) m.run.sum_ns / (double) m.run.count,
                  "ns");
@@ -375,7 +373,9 @@ static void ticks_stop(uv_loop_t* loop, tick_t* t, size_t n) {
 
 
 /* Each task ran want times? */
-static void ticks_check(const tick_t* t, size_t n, uint64_t want,
+static void ticks_check(const tick_t* t,
+                        size_t n,
+                        uint64_t want,
                         const char* where) {
   size_t i;
 
@@ -406,9 +406,9 @@ void bench_s12_manual_clock(const bench_cfg_t* cfg) {
   one = bench_row("s12.advance-24h",
                   "manual clock: 10k periodic (1 s) tasks, one 24 h advance",
                   "ms CPU", BENCH_LE, 1000.0, 1);
-  stepped = bench_row("s12.step",
-                      "manual clock: 10k periodic (1 s) tasks, 1 s steps",
-                      "ns/grid point", BENCH_INFO, NAN, 1);
+  stepped =
+      bench_row("s12.step", "manual clock: 10k periodic (1 s) tasks, 1 s steps",
+                "ns/grid point", BENCH_INFO, NAN, 1);
   t = bench_alloc(n, sizeof(*t));
   bench_loop_init(&loop);
   memset(&so, 0, sizeof(so));

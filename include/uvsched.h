@@ -157,7 +157,9 @@ UVS_EXTERN int uvs_worker_close(uvs_worker_t* worker,
                                 uvs_worker_close_cb close_cb);
 
 /* Tasks: any thread. */
-UVS_EXTERN int uvs_task_init(uvs_task_t* task, uvs_run_cb run, uvs_done_cb done);
+UVS_EXTERN int uvs_task_init(uvs_task_t* task,
+                             uvs_run_cb run,
+                             uvs_done_cb done);
 UVS_EXTERN int uvs_schedule(uvs_worker_t* worker, uvs_task_t* task);
 UVS_EXTERN int uvs_schedule_after(uvs_worker_t* worker,
                                   uvs_task_t* task,

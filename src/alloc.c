@@ -6,8 +6,8 @@
 #include <errno.h>
 #include <stdlib.h>
 
-static long fail_after = -1;         /* atomic */
-static unsigned long alloc_count;    /* atomic */
+static long fail_after = -1;      /* atomic */
+static unsigned long alloc_count; /* atomic */
 
 
 static int should_fail(void) {
@@ -16,8 +16,8 @@ static int should_fail(void) {
   __atomic_add_fetch(&alloc_count, 1, __ATOMIC_RELAXED);
   n = __atomic_load_n(&fail_after, __ATOMIC_RELAXED);
   while (n >= 0) {
-    if (__atomic_compare_exchange_n(&fail_after, &n, n - 1, 0,
-                                    __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+    if (__atomic_compare_exchange_n(&fail_after, &n, n - 1, 0, __ATOMIC_RELAXED,
+                                    __ATOMIC_RELAXED))
       return n == 0;
   }
   return 0;

@@ -13,7 +13,6 @@
 #include "internal.h"
 
 
-
 uint64_t uvs__queued_now(uvs_worker_t* w) {
   uint64_t in;
   uint64_t out;
@@ -104,8 +103,8 @@ int uvs__admit(uvs_worker_t* w, int locked) {
     out = uvs__load_acq(&w->q_out_run) + uvs__load_acq(&w->q_out_lock);
     if (in - out >= w->max_pending)
       break;
-    if (__atomic_compare_exchange_n(&w->q_in, &in, in + 1, 1,
-                                    __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {
+    if (__atomic_compare_exchange_n(&w->q_in, &in, in + 1, 1, __ATOMIC_SEQ_CST,
+                                    __ATOMIC_SEQ_CST)) {
       note_max(w, in + 1 - out);
       if (in + 1 - out >= w->max_pending)
         mark_full(w, locked);
@@ -143,8 +142,7 @@ static void wake_one(uvs_worker_t* w) {
 
 
 void uvs__wake_all(uvs_worker_t* w) {
-  while (!uvs__queue_empty(&w->waiters))
-    wake_one(w);
+  while (!uvs__queue_empty(&w->waiters)) wake_one(w);
 }
 
 
@@ -206,8 +204,8 @@ void uvs__hist_add(uvs_hist_t* h, uint64_t ns) {
   __atomic_fetch_add(&h->bucket[k], 1, __ATOMIC_RELAXED);
   max = __atomic_load_n(&h->max_ns, __ATOMIC_RELAXED);
   while (ns > max &&
-         !__atomic_compare_exchange_n(&h->max_ns, &max, ns, 1,
-                                      __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+         !__atomic_compare_exchange_n(&h->max_ns, &max, ns, 1, __ATOMIC_RELAXED,
+                                      __ATOMIC_RELAXED))
     ;
 }
 

@@ -46,8 +46,8 @@ static inline uint64_t ticks(void) {
 }
 
 static struct {
-  uint64_t hr0;   /* atomic: 0 until the first reading */
-  uint64_t tick0; /* atomic: stored before hr0 is published */
+  uint64_t hr0;    /* atomic: 0 until the first reading */
+  uint64_t tick0;  /* atomic: stored before hr0 is published */
   uint64_t per_ms; /* atomic: ticks per ms; 0 = not known */
 } calib;
 
@@ -71,8 +71,8 @@ static void calibrate(uint64_t now_ns) {
     /* The first to get here takes the first reading; a thread racing it
      * may pair its own tick with the winner's time, a few us off. */
     uvs__store_rlx(&calib.tick0, t);
-    __atomic_compare_exchange_n(&calib.hr0, &zero, now_ns, 0,
-                                __ATOMIC_RELEASE, __ATOMIC_RELAXED);
+    __atomic_compare_exchange_n(&calib.hr0, &zero, now_ns, 0, __ATOMIC_RELEASE,
+                                __ATOMIC_RELAXED);
     return;
   }
   t0 = uvs__load_rlx(&calib.tick0);
@@ -172,10 +172,10 @@ static inline void count_run(uvs_worker_t* w, uint64_t* field) {
 
 /* Runs one task a drain took from its batch. No lock held. */
 static inline __attribute__((always_inline)) void run_one(uvs_sched_t* s,
-                    uvs_worker_t* w,
-                    uvs_task_t* t,
-                    uvs__queue_t* posts,
-                    uvs__chain_t* done) {
+                                                          uvs_worker_t* w,
+                                                          uvs_task_t* t,
+                                                          uvs__queue_t* posts,
+                                                          uvs__chain_t* done) {
   unsigned st;
   int rescheduled;
 
@@ -295,9 +295,9 @@ static void run_counted(uvs_sched_t* s,
   } else {
     start = uv_hrtime();
     ready = (uint32_t) t->status;
-    uvs__hist_add(&w->hist_wait,
-                  (uint64_t) (uint32_t) ((uint32_t) (start / 1000) - ready) *
-                      1000);
+    uvs__hist_add(
+        &w->hist_wait,
+        (uint64_t) (uint32_t) ((uint32_t) (start / 1000) - ready) * 1000);
     run_one(s, w, t, posts, done);
     uvs__hist_add(&w->hist_run, uv_hrtime() - start);
   }
@@ -460,8 +460,7 @@ void uvs__drain(uvs_worker_t* w, uvs__lane_t* lane) {
     /* The real clock once a batch (every UVS__BATCH tasks for a lane, which
      * takes one at a time) as well: the tick counter of another core may
      * run behind this one's. */
-    if (sl.end_ns != 0 && !over &&
-        (lane == NULL || ran % UVS__BATCH < i)) {
+    if (sl.end_ns != 0 && !over && (lane == NULL || ran % UVS__BATCH < i)) {
       if (uv_hrtime() >= sl.end_ns)
         over = 1;
       else if (batch_max < UVS__BATCH)

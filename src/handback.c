@@ -20,8 +20,7 @@ void uvs__chain_push(uvs_sched_t* s, uvs__chain_t* c) {
   if (c->newest == NULL)
     return;
   top = uvs__load_rlx(&s->done_top);
-  do
-    c->oldest->next = top;
+  do c->oldest->next = top;
   while (!__atomic_compare_exchange_n(&s->done_top, &top, c->newest, 1,
                                       __ATOMIC_RELEASE, __ATOMIC_RELAXED));
   c->newest = NULL;
@@ -52,8 +51,8 @@ int uvs__to_handback(uvs_task_t* t, int status) {
     n = (o & ~UVS__T_MASK) | UVS__T_HANDBACK;
     if (o & UVS__T_RUNS)
       n |= UVS__T_DEFERRED;
-  } while (!__atomic_compare_exchange_n(
-      &t->state, &o, n, 1, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED));
+  } while (!__atomic_compare_exchange_n(&t->state, &o, n, 1, __ATOMIC_ACQ_REL,
+                                        __ATOMIC_RELAXED));
   return !(n & UVS__T_DEFERRED);
 }
 
@@ -103,8 +102,8 @@ void uvs__end_run(uvs_task_t* t) {
     take = (n & UVS__T_DEFERRED) && !(n & UVS__T_RUNS);
     if (take)
       n &= ~UVS__T_DEFERRED;
-  } while (!__atomic_compare_exchange_n(
-      &t->state, &o, n, 1, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED));
+  } while (!__atomic_compare_exchange_n(&t->state, &o, n, 1, __ATOMIC_ACQ_REL,
+                                        __ATOMIC_RELAXED));
   if (!take)
     return;
   /* Its worker can't finish closing while the task is pending in it, so

@@ -9,7 +9,7 @@
 #include <stdint.h>
 
 #define uvs__container_of(ptr, type, member) \
-  ((type*) ((char*) (ptr) - offsetof(type, member)))
+  ((type*) ((char*) (ptr) -offsetof(type, member)))
 
 #include "atomic.h"
 
@@ -132,10 +132,9 @@ static inline unsigned uvs__task_update(uvs_task_t* t,
   unsigned n;
 
   o = __atomic_load_n(&t->state, __ATOMIC_RELAXED);
-  do
-    n = (o & ~clear) | set;
-  while (!__atomic_compare_exchange_n(
-      &t->state, &o, n, 1, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED));
+  do n = (o & ~clear) | set;
+  while (!__atomic_compare_exchange_n(&t->state, &o, n, 1, __ATOMIC_ACQ_REL,
+                                      __ATOMIC_RELAXED));
   return n;
 }
 

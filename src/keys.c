@@ -68,8 +68,7 @@ uvs__keys_t* uvs__keys_new(unsigned width) {
 void uvs__keys_attach(uvs_worker_t* w, uvs__keys_t* k) {
   unsigned i;
 
-  for (i = 0; i < w->width; i++)
-    k->lanes[i].w = w;
+  for (i = 0; i < w->width; i++) k->lanes[i].w = w;
   w->keys = k;
 }
 

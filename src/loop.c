@@ -21,7 +21,6 @@ enum {
 enum { FIRE_TIMERS = 1, LOOP_TURN = 2 };
 
 
-
 static void process(uvs_sched_t* s, int what);
 
 
@@ -286,8 +285,7 @@ static void run_loop_workers(uvs_sched_t* s) {
 static void wait_for_callers(unsigned* inflight) {
   /* A caller that pinned the object before it was marked closed is between
    * two atomics and a short critical section; let it get out. */
-  while (__atomic_load_n(inflight, __ATOMIC_SEQ_CST) != 0)
-    sched_yield();
+  while (__atomic_load_n(inflight, __ATOMIC_SEQ_CST) != 0) sched_yield();
 }
 
 
@@ -343,8 +341,7 @@ static void handle_closed(uv_handle_t* handle) {
 
 static int closable(uvs_worker_t* w) {
   return w->phase == UVS__P_IDLE && w->lanes_active == 0 &&
-         !uvs__worker_nonempty(w) &&
-         uvs__worker_pending(w) == 0;
+         !uvs__worker_nonempty(w) && uvs__worker_pending(w) == 0;
 }
 
 
@@ -555,8 +552,7 @@ void uvs__advance(uvs_sched_t* s, uint64_t ms) {
   while ((next = uvs__timers_next(s->timers)) <= target) {
     if (next > uvs__load_rlx(&s->manual_now))
       uvs__store_rel(&s->manual_now, next);
-    uvs__timers_expire(s->timers, uvs__load_rlx(&s->manual_now), fire,
-                       NULL);
+    uvs__timers_expire(s->timers, uvs__load_rlx(&s->manual_now), fire, NULL);
   }
   uvs__store_rel(&s->manual_now, target);
   uvs__kick(s);

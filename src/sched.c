@@ -169,4 +169,3 @@ void uvs_sched_stats(const uvs_sched_t* sched, uvs_stats_t* out) {
   }
   uvs__sub_sc(&s->inflight, 1);
 }
-

@@ -94,8 +94,8 @@ static void unclaim(uvs_task_t* t, unsigned claimed, unsigned prev) {
     n = (o & UVS__T_RUNS) | (prev & ~UVS__T_RUNS);
     if ((claimed & UVS__T_RUNS) != (prev & UVS__T_RUNS))
       n -= UVS__T_RUN_ONE; /* the count an own claim added */
-  } while (!__atomic_compare_exchange_n(
-      &t->state, &o, n, 1, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED));
+  } while (!__atomic_compare_exchange_n(&t->state, &o, n, 1, __ATOMIC_ACQ_REL,
+                                        __ATOMIC_RELAXED));
   if ((claimed & UVS__T_RUNS) != (prev & UVS__T_RUNS))
     uvs__tls.rescheduled = 0;
 }

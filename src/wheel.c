@@ -48,7 +48,9 @@ static unsigned digit(uint64_t due, int level) {
 
 
 /* The list holding a delayed task; *level is -1 for the expired list. */
-static uvs__queue_t* slot_of(uvs__timers_t* w, const uvs_task_t* t, int* level) {
+static uvs__queue_t* slot_of(uvs__timers_t* w,
+                             const uvs_task_t* t,
+                             int* level) {
   if (t->due <= w->elapsed) {
     *level = -1;
     return &w->expired;
@@ -70,8 +72,7 @@ int uvs__timers_init(uvs__timers_t** out, uint64_t now) {
   uvs__queue_init(&w->expired);
   for (l = 0; l < LEVELS; l++) {
     w->occupied[l] = 0;
-    for (s = 0; s < SLOTS; s++)
-      uvs__queue_init(&w->slot[l][s]);
+    for (s = 0; s < SLOTS; s++) uvs__queue_init(&w->slot[l][s]);
   }
   *out = w;
   return 0;

@@ -165,9 +165,10 @@ void uvs__worker_close_locked(uvs_worker_t* w,
 
   s = w->sched;
   /* Producers on other threads read the flags without the lock. */
-  __atomic_store_n(&w->flags,
-                   w->flags | UVS__WF_CLOSING | (how == UVS_DRAIN ? UVS__WF_DRAIN : 0),
-                   __ATOMIC_SEQ_CST);
+  __atomic_store_n(
+      &w->flags,
+      w->flags | UVS__WF_CLOSING | (how == UVS_DRAIN ? UVS__WF_DRAIN : 0),
+      __ATOMIC_SEQ_CST);
   w->close_cb = cb;
   uvs__queue_remove(&w->list_node);
   uvs__queue_push(&s->closing, &w->list_node);
@@ -242,7 +243,6 @@ out:
   uvs__worker_leave(w);
   return err;
 }
-
 
 
 static uvs__queue_t* ready_list(uvs_worker_t* w) {
@@ -392,8 +392,7 @@ static void hist_copy(uvs_hist_t* out, const uvs_hist_t* h) {
   out->count = load64(&h->count);
   out->sum_ns = load64(&h->sum_ns);
   out->max_ns = load64(&h->max_ns);
-  for (k = 0; k < 24; k++)
-    out->bucket[k] = load64(&h->bucket[k]);
+  for (k = 0; k < 24; k++) out->bucket[k] = load64(&h->bucket[k]);
 }
 
 
@@ -407,8 +406,7 @@ static uint64_t batches_running(uvs_worker_t* w) {
   if (w->keys == NULL)
     return w->batch != NULL;
   n = 0;
-  for (i = 0; i < w->width; i++)
-    n += uvs__keys_lane(w, i)->batch != NULL;
+  for (i = 0; i < w->width; i++) n += uvs__keys_lane(w, i)->batch != NULL;
   return n;
 }
 

@@ -86,7 +86,7 @@ typedef struct {
   int slot;
   int kind;  /* may change in run_cb (a re-schedule) */
   int pkind; /* the kind its owner scheduled: the owner's alone */
-  long seq; /* -1: not ordered */
+  long seq;  /* -1: not ordered */
   uint64_t t_call;
   uint64_t delay;
   uint64_t period;
@@ -226,7 +226,8 @@ static void run_cb(uvs_task_t* task) {
     ASSERT_UINT64_GE(now, t->t_call + t->delay * 1000000u);
   else if (t->kind == K_EVERY)
     ASSERT_UINT64_GE(
-        now, t->t_call + (t->delay + (uint64_t) t->runs * t->period) * 1000000u);
+        now,
+        t->t_call + (t->delay + (uint64_t) t->runs * t->period) * 1000000u);
   t->runs++;
   if (t->kind != K_EVERY)
     ASSERT_EQ(t->runs, 1);
@@ -301,8 +302,7 @@ static void done_cb(uvs_task_t* task, int status) {
    * producer may move SUBMIT to CUSTODY just now (its schedule call has
    * returned, the task already ran): try again on the value it wrote. */
   st = atomic_load(&t->state);
-  do
-    ASSERT(st == T_SUBMIT || st == T_CUSTODY);
+  do ASSERT(st == T_SUBMIT || st == T_CUSTODY);
   while (!atomic_compare_exchange_strong(&t->state, &st, T_RETURNED));
 }
 
@@ -431,7 +431,8 @@ static void op_schedule(producer_t* p, int pi, int kind) {
   t->slot = (int) (r % NSLOTS);
   sl = &slots[t->slot];
   uv_rwlock_rdlock(&sl->lock);
-  phase = atomic_load(&scheds_closing) ? S_SCHED_CLOSED : atomic_load(&sl->phase);
+  phase =
+      atomic_load(&scheds_closing) ? S_SCHED_CLOSED : atomic_load(&sl->phase);
   t->kind = kind;
   t->pkind = kind;
   t->seq = kind == K_NOW ? sl->next_seq[pi]++ : -1;
@@ -487,7 +488,8 @@ static void op_post(producer_t* p, int pi) {
       return;
   }
   uv_rwlock_rdlock(&sl->lock);
-  phase = atomic_load(&scheds_closing) ? S_SCHED_CLOSED : atomic_load(&sl->phase);
+  phase =
+      atomic_load(&scheds_closing) ? S_SCHED_CLOSED : atomic_load(&sl->phase);
   seq = sl->next_seq[pi]++;
   err = uvs_post(&sl->worker, post_fn,
                  (void*) (uintptr_t) (((uintptr_t) seq << 16) |
@@ -739,8 +741,8 @@ static void final_checks(void) {
   ASSERT_EQ(dones_ok + dones_cancelled, task_accepts);
   ASSERT_UINT64_EQ(scheduled, (uint64_t) (task_accepts + post_accepts +
                                           atomic_load(&self_accepts)));
-  ASSERT_UINT64_EQ(ran,
-                   (uint64_t) (atomic_load(&task_runs) + atomic_load(&post_runs)));
+  ASSERT_UINT64_EQ(
+      ran, (uint64_t) (atomic_load(&task_runs) + atomic_load(&post_runs)));
   /* Posts have no done_cb: those not run were dropped by a close, and the
    * stats count them as cancelled. */
   dropped = (long) cancelled - dones_cancelled;
@@ -758,15 +760,16 @@ static void final_checks(void) {
       cancels += prods[i].cancels_ok;
       shut += prods[i].shutdowns;
     }
-    printf("# %.1f s, seed %lu: %ld ops, %ld task runs, %ld posts run, "
-           "%ld tasks accepted (+%ld from run_cb), %ld posts accepted, "
-           "%ld cancelled by cancel, %ld handed back 0, %ld handed back "
-           "ECANCELED, %ld posts dropped by closes, %ld worker closes, %ld "
-           "UV_ESHUTDOWN answers\n",
-           (double) (test_hrtime_ms() - start_ms) / 1000.0, seed, ops,
-           atomic_load(&task_runs), atomic_load(&post_runs), task_accepts,
-           atomic_load(&self_accepts), post_accepts, cancels, dones_ok,
-           dones_cancelled, dropped, closes, shut);
+    printf(
+        "# %.1f s, seed %lu: %ld ops, %ld task runs, %ld posts run, "
+        "%ld tasks accepted (+%ld from run_cb), %ld posts accepted, "
+        "%ld cancelled by cancel, %ld handed back 0, %ld handed back "
+        "ECANCELED, %ld posts dropped by closes, %ld worker closes, %ld "
+        "UV_ESHUTDOWN answers\n",
+        (double) (test_hrtime_ms() - start_ms) / 1000.0, seed, ops,
+        atomic_load(&task_runs), atomic_load(&post_runs), task_accepts,
+        atomic_load(&self_accepts), post_accepts, cancels, dones_ok,
+        dones_cancelled, dropped, closes, shut);
   }
 }
 
@@ -841,8 +844,8 @@ int main(int argc, char** argv) {
   ASSERT_OK(uv_timer_init(&loop, &tick));
   ASSERT_OK(uv_timer_start(&tick, tick_cb, 1, 1));
   for (i = 0; i < NFOREIGN; i++)
-    ASSERT_OK(uv_thread_create(&threads[i], foreign_producer,
-                               (void*) (intptr_t) i));
+    ASSERT_OK(
+        uv_thread_create(&threads[i], foreign_producer, (void*) (intptr_t) i));
   ASSERT_OK(uv_run(&loop, UV_RUN_DEFAULT));
   ASSERT_EQ(scheds_closed, NSCHED);
   final_checks();

@@ -259,10 +259,8 @@ TEST_IMPL(bound_init_ex_closing_shutdown) {
   memset(&o, 0, sizeof(o));
   o.max_pending = 4;
   ASSERT_OK(uvs_sched_close(&sched, UVS_CANCEL, NULL));
-  ASSERT_ERR(uvs_worker_init_ex(&sched, &worker, UVS_POOL, &o),
-             UV_ESHUTDOWN);
-  ASSERT_ERR(uvs_worker_init_ex(&sched, &worker, UVS_LOOP, NULL),
-             UV_ESHUTDOWN);
+  ASSERT_ERR(uvs_worker_init_ex(&sched, &worker, UVS_POOL, &o), UV_ESHUTDOWN);
+  ASSERT_ERR(uvs_worker_init_ex(&sched, &worker, UVS_LOOP, NULL), UV_ESHUTDOWN);
   /* UV_EINVAL wins over UV_ESHUTDOWN. */
   o.low_water = 4;
   ASSERT_ERR(uvs_worker_init_ex(&sched, &worker, UVS_POOL, &o), UV_EINVAL);
@@ -798,8 +796,8 @@ static void timeout_waiter(void* arg) {
 
   (void) arg;
   t0 = test_hrtime_ms();
-  atomic_store(&wait_err, uvs_schedule_wait(&worker, &items[1].task,
-                                            WAIT_TIMEOUT_MS));
+  atomic_store(&wait_err,
+               uvs_schedule_wait(&worker, &items[1].task, WAIT_TIMEOUT_MS));
   atomic_store(&wait_ms, test_hrtime_ms() - t0);
   uv_sem_post(&release);
 }
@@ -932,8 +930,7 @@ static void race_waiter(void* arg) {
 
   i = (int) (intptr_t) arg;
   uv_barrier_wait(&race_barrier);
-  atomic_store(&race_err[i],
-               uvs_schedule_wait(&worker, &race_tasks[i], 5000));
+  atomic_store(&race_err[i], uvs_schedule_wait(&worker, &race_tasks[i], 5000));
 }
 
 
@@ -955,8 +952,8 @@ TEST_IMPL(bound_block_close_race) {
     for (i = 0; i < RACE_PRODUCERS; i++) {
       ASSERT_OK(uvs_task_init(&race_tasks[i], race_run, race_never_done));
       atomic_store(&race_err[i], 1);
-      ASSERT_OK(uv_thread_create(&threads[i], race_waiter,
-                                 (void*) (intptr_t) i));
+      ASSERT_OK(
+          uv_thread_create(&threads[i], race_waiter, (void*) (intptr_t) i));
     }
     uv_barrier_wait(&race_barrier);
     /* Vary how far the producers got. */
@@ -1305,8 +1302,7 @@ static void bounded_producers(uvs_full_t policy) {
     }
   }
   for (p = 0; p < BP_PRODUCERS; p++)
-    ASSERT_OK(
-        uv_thread_create(&threads[p], bp_producer, (void*) (intptr_t) p));
+    ASSERT_OK(uv_thread_create(&threads[p], bp_producer, (void*) (intptr_t) p));
   ASSERT_OK(uv_run(&loop, UV_RUN_DEFAULT));
   for (p = 0; p < BP_PRODUCERS; p++) ASSERT_OK(uv_thread_join(&threads[p]));
   ASSERT_EQ(close_calls, 1);

@@ -86,15 +86,13 @@ static void setup(int manual, uvs_where_t where) {
 
 /* Turns the loop until `cond` holds, for at most 5 s of real time; then a
  * few more turns, so that anything extra that was going to run has run. */
-#define RUN_UNTIL(cond)                                      \
-  do {                                                       \
-    uint64_t end_ = test_hrtime_ms() + 5000;                 \
-    int extra_;                                              \
-    while (!(cond) && test_hrtime_ms() < end_)               \
-      uv_run(&loop, UV_RUN_NOWAIT);                          \
-    ASSERT(cond);                                            \
-    for (extra_ = 0; extra_ < 5; extra_++)                   \
-      uv_run(&loop, UV_RUN_NOWAIT);                          \
+#define RUN_UNTIL(cond)                                                      \
+  do {                                                                       \
+    uint64_t end_ = test_hrtime_ms() + 5000;                                 \
+    int extra_;                                                              \
+    while (!(cond) && test_hrtime_ms() < end_) uv_run(&loop, UV_RUN_NOWAIT); \
+    ASSERT(cond);                                                            \
+    for (extra_ = 0; extra_ < 5; extra_++) uv_run(&loop, UV_RUN_NOWAIT);     \
   } while (0)
 
 /* A few turns of the loop, with pool threads given a moment: what was not

@@ -30,7 +30,7 @@ static uvs_task_t t_raw;      /* zeroed, never initialised: run_cb NULL */
 static uvs_task_t t_queued;
 static uvs_task_t t_delayed;
 static uvs_task_t t_periodic;
-static uvs_task_t t_running;  /* a one-shot running on w_pool */
+static uvs_task_t t_running;   /* a one-shot running on w_pool */
 static uvs_task_t t_cancelled; /* cancelled, done_cb not yet called */
 static uvs_task_t t_finished;  /* handed back */
 static uvs_task_t t_nodone;    /* done == NULL, queued */
@@ -44,18 +44,31 @@ static int run_calls[16];
 static int closed_calls;
 
 enum {
-  I_QUEUED, I_DELAYED, I_PERIODIC, I_RUNNING, I_CANCELLED, I_FINISHED,
-  I_IDLE, I_NODONE
+  I_QUEUED,
+  I_DELAYED,
+  I_PERIODIC,
+  I_RUNNING,
+  I_CANCELLED,
+  I_FINISHED,
+  I_IDLE,
+  I_NODONE
 };
 
 static int index_of(uvs_task_t* t) {
-  if (t == &t_queued) return I_QUEUED;
-  if (t == &t_delayed) return I_DELAYED;
-  if (t == &t_periodic) return I_PERIODIC;
-  if (t == &t_running) return I_RUNNING;
-  if (t == &t_cancelled) return I_CANCELLED;
-  if (t == &t_finished) return I_FINISHED;
-  if (t == &t_idle) return I_IDLE;
+  if (t == &t_queued)
+    return I_QUEUED;
+  if (t == &t_delayed)
+    return I_DELAYED;
+  if (t == &t_periodic)
+    return I_PERIODIC;
+  if (t == &t_running)
+    return I_RUNNING;
+  if (t == &t_cancelled)
+    return I_CANCELLED;
+  if (t == &t_finished)
+    return I_FINISHED;
+  if (t == &t_idle)
+    return I_IDLE;
   return I_NODONE;
 }
 
@@ -107,6 +120,7 @@ typedef struct {
 
 /* X(name, call, SPEC's code). "closing": close called, loop not run since;
  * "closed": its close callback ran. */
+/* clang-format off */
 #define ROWS(X)                                                              \
   /* uvs_sched_init */                                                       \
   X(sched_init_null_loop, uvs_sched_init(NULL, &s_open, NULL), UV_EINVAL)    \
@@ -225,6 +239,7 @@ typedef struct {
   X(post_closing_worker, uvs_post(&w_closing, post_fn, NULL), UV_ESHUTDOWN)  \
   X(post_closed_worker, uvs_post(&w_closed, post_fn, NULL), UV_ESHUTDOWN)    \
   X(post_closing_sched, uvs_post(&w_sc, post_fn, NULL), UV_ESHUTDOWN)
+/* clang-format on */
 
 #define DEFINE_ROW(name, expr, code) \
   static int row_##name(void) {      \
@@ -259,12 +274,18 @@ typedef struct {
 } snap_t;
 
 static snap_t snaps[] = {
-    {&s_open, sizeof(s_open), NULL},     {&s_closing, sizeof(s_closing), NULL},
-    {&s_closed, sizeof(s_closed), NULL}, {&w_pool, sizeof(w_pool), NULL},
-    {&w_loop, sizeof(w_loop), NULL},     {&w_closing, sizeof(w_closing), NULL},
-    {&w_closed, sizeof(w_closed), NULL}, {&w_sc, sizeof(w_sc), NULL},
-    {&w_spare, sizeof(w_spare), NULL},   {&t_idle, sizeof(t_idle), NULL},
-    {&t_raw, sizeof(t_raw), NULL},       {&t_queued, sizeof(t_queued), NULL},
+    {&s_open, sizeof(s_open), NULL},
+    {&s_closing, sizeof(s_closing), NULL},
+    {&s_closed, sizeof(s_closed), NULL},
+    {&w_pool, sizeof(w_pool), NULL},
+    {&w_loop, sizeof(w_loop), NULL},
+    {&w_closing, sizeof(w_closing), NULL},
+    {&w_closed, sizeof(w_closed), NULL},
+    {&w_sc, sizeof(w_sc), NULL},
+    {&w_spare, sizeof(w_spare), NULL},
+    {&t_idle, sizeof(t_idle), NULL},
+    {&t_raw, sizeof(t_raw), NULL},
+    {&t_queued, sizeof(t_queued), NULL},
     {&t_delayed, sizeof(t_delayed), NULL},
     {&t_periodic, sizeof(t_periodic), NULL},
     {&t_running, sizeof(t_running), NULL},
@@ -276,10 +297,10 @@ static snap_t snaps[] = {
 #define NSNAPS (sizeof(snaps) / sizeof(snaps[0]))
 
 static const char* const snap_names[NSNAPS] = {
-    "s_open",  "s_closing",   "s_closed",   "w_pool",     "w_loop",
-    "w_closing", "w_closed",  "w_sc",       "w_spare",    "t_idle",
-    "t_raw",   "t_queued",    "t_delayed",  "t_periodic", "t_running",
-    "t_cancelled", "t_finished", "t_nodone", "t_nodone_idle"};
+    "s_open",      "s_closing",  "s_closed",  "w_pool",       "w_loop",
+    "w_closing",   "w_closed",   "w_sc",      "w_spare",      "t_idle",
+    "t_raw",       "t_queued",   "t_delayed", "t_periodic",   "t_running",
+    "t_cancelled", "t_finished", "t_nodone",  "t_nodone_idle"};
 
 
 static void snapshot(void) {

@@ -279,11 +279,11 @@ static void p_done_cb(uvs_task_t* task, int status) {
 }
 
 
-#define NO_ALLOC(expr)                                      \
-  do {                                                      \
-    unsigned long before_ = uvs__alloc_count();             \
-    (void) (expr);                                          \
-    ASSERT_EQ(uvs__alloc_count() - before_, 0);             \
+#define NO_ALLOC(expr)                          \
+  do {                                          \
+    unsigned long before_ = uvs__alloc_count(); \
+    (void) (expr);                              \
+    ASSERT_EQ(uvs__alloc_count() - before_, 0); \
   } while (0)
 
 TEST_IMPL(fault_alloc_points) {
@@ -297,7 +297,8 @@ TEST_IMPL(fault_alloc_points) {
   ASSERT_EQ(uvs__alloc_count() - before, 1);
   NO_ALLOC(uvs_worker_init(&scheds2[0], &wks2[0][0], UVS_POOL));
   NO_ALLOC(uvs_worker_init(&scheds2[0], &wks2[0][1], UVS_LOOP));
-  for (i = 0; i < 8; i++) NO_ALLOC(uvs_task_init(&tasks2[i], p_run_cb, p_done_cb));
+  for (i = 0; i < 8; i++)
+    NO_ALLOC(uvs_task_init(&tasks2[i], p_run_cb, p_done_cb));
   NO_ALLOC(uvs_schedule(&wks2[0][0], &tasks2[0]));
   NO_ALLOC(uvs_schedule(&wks2[0][1], &tasks2[1]));
   NO_ALLOC(uvs_schedule_after(&wks2[0][0], &tasks2[2], 5));

@@ -146,8 +146,8 @@ static void add_items(int n, int (*keyof)(int), uvs_run_cb run) {
      * merge nothing here by accident and SPEC's "exact 64-bit key"
      * matters. */
     if (it->key != 0)
-      ASSERT_OK(uvs_task_set_key(&it->task,
-                                 ((uint64_t) it->key << 40) | 0xabcdu));
+      ASSERT_OK(
+          uvs_task_set_key(&it->task, ((uint64_t) it->key << 40) | 0xabcdu));
     nitems++;
   }
 }
@@ -156,8 +156,7 @@ static void add_items(int n, int (*keyof)(int), uvs_run_cb run) {
 static void schedule_all(void) {
   int i;
 
-  for (i = 0; i < nitems; i++)
-    ASSERT_OK(uvs_schedule(&worker, &items[i].task));
+  for (i = 0; i < nitems; i++) ASSERT_OK(uvs_schedule(&worker, &items[i].task));
 }
 
 
@@ -436,8 +435,8 @@ TEST_IMPL(keys_width_foreign_producers) {
   for (i = 0; i < nitems; i++)
     ASSERT_OK(uvs_task_set_key(&items[i].task, (uint64_t) items[i].key));
   for (i = 0; i < KPROD; i++)
-    ASSERT_OK(uv_thread_create(&threads[i], keyed_producer,
-                               (void*) (intptr_t) i));
+    ASSERT_OK(
+        uv_thread_create(&threads[i], keyed_producer, (void*) (intptr_t) i));
   ASSERT_OK(uv_run(&loop, UV_RUN_DEFAULT));
   for (i = 0; i < KPROD; i++) ASSERT_OK(uv_thread_join(&threads[i]));
   ASSERT_EQ(ndone, KPROD * KPER);

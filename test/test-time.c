@@ -444,8 +444,9 @@ TEST_IMPL(periodic_coalesce_queued_behind_busy) {
   /* The first run waited for the blocker, past grid points 1 and 2. */
   ASSERT_UINT64_GE(pt.start[0], grid(&pt, 2));
   /* One run stood for all of them: the next starts at a later point. */
-  ASSERT_UINT64_GE(pt.start[1],
-                   pt.t0 + ((pt.start[0] - pt.t0) / 100000000u + 1) * 100000000u);
+  ASSERT_UINT64_GE(
+      pt.start[1],
+      pt.t0 + ((pt.start[0] - pt.t0) / 100000000u + 1) * 100000000u);
   TEST_CLOSE_SCHED_AND_LOOP(&loop, &sched, UVS_CANCEL);
   return 0;
 }

@@ -65,7 +65,7 @@ typedef struct room_s room_t;
 
 struct room_s {
   uint64_t id;
-  conn_t* members; /* loop thread */
+  conn_t* members;    /* loop thread */
   uint64_t delivered; /* loop thread: the last seq written out */
   /* Only this room's tasks touch these, and they never overlap. */
   uint64_t seq;
@@ -104,7 +104,7 @@ struct conn_s {
   server_t* server;
   conn_t* next; /* all connections */
   conn_t* prev;
-  room_t* room; /* NULL until JOIN */
+  room_t* room;  /* NULL until JOIN */
   conn_t* rnext; /* the room's members */
   conn_t* rprev;
   char nick[MAX_NICK + 1];
@@ -376,8 +376,8 @@ static void on_alloc(uv_handle_t* h, size_t suggested, uv_buf_t* buf) {
 
   (void) suggested;
   /* The rest of one line: a longer one can't fit, so it is refused. */
-  *buf = uv_buf_init(c->rbuf + c->rlen, (unsigned) (c->server->max_line -
-                                                    c->rlen));
+  *buf = uv_buf_init(c->rbuf + c->rlen,
+                     (unsigned) (c->server->max_line - c->rlen));
 }
 
 
@@ -700,8 +700,7 @@ static void server_stop(server_t* s) {
   uv_close((uv_handle_t*) &s->listener, NULL);
   uv_close((uv_handle_t*) &s->sigint, NULL);
   uv_close((uv_handle_t*) &s->sigterm, NULL);
-  while (s->conns != NULL)
-    conn_close(s->conns);
+  while (s->conns != NULL) conn_close(s->conns);
   /* Messages not yet run are handed back with UV_ECANCELED. */
   rc = uvs_sched_close(&s->sched, UVS_CANCEL, NULL);
   if (rc != 0)
@@ -716,15 +715,18 @@ static void on_signal(uv_signal_t* handle, int signum) {
 
 
 static void usage(FILE* f) {
-  fprintf(f,
-          "usage: chat-rooms [--host ADDR] [--port N] [--rooms N]\n"
-          "                  [--max-conns N] [--max-line BYTES] [--idle-ms MS]\n"
-          "                  [--max-inflight N] [--max-outq BYTES]\n"
-          "                  [--sndbuf BYTES] [--work-us US]\n");
+  fprintf(
+      f,
+      "usage: chat-rooms [--host ADDR] [--port N] [--rooms N]\n"
+      "                  [--max-conns N] [--max-line BYTES] [--idle-ms MS]\n"
+      "                  [--max-inflight N] [--max-outq BYTES]\n"
+      "                  [--sndbuf BYTES] [--work-us US]\n");
 }
 
 
-static unsigned long num_arg(const char* what, const char* v, unsigned long lo,
+static unsigned long num_arg(const char* what,
+                             const char* v,
+                             unsigned long lo,
                              unsigned long hi) {
   char* end;
   unsigned long n = strtoul(v, &end, 10);
@@ -848,13 +850,14 @@ int main(int argc, char** argv) {
 
   uv_run(&s->loop, UV_RUN_DEFAULT);
   rc = uv_loop_close(&s->loop);
-  ok = rc == 0 && atomic_load(&s->overlaps) == 0 &&
-       s->order_violations == 0 && s->live_conns == 0 && s->live_msgs == 0;
+  ok = rc == 0 && atomic_load(&s->overlaps) == 0 && s->order_violations == 0 &&
+       s->live_conns == 0 && s->live_msgs == 0;
   fprintf(stderr,
           "chat-rooms: accepted=%" PRIu64 " refused=%" PRIu64
           " messages=%" PRIu64 " delivered=%" PRIu64 " lines_out=%" PRIu64
           " cancelled=%" PRIu64 " errors=%" PRIu64 " slow_dropped=%" PRIu64
-          " read_stops=%" PRIu64 " max_parallel=%u\n"
+          " read_stops=%" PRIu64
+          " max_parallel=%u\n"
           "chat-rooms: overlaps=%" PRIu64 " order_violations=%" PRIu64
           " live_conns=%" PRIu64 " live_msgs=%" PRIu64 " loop_close=%s: %s\n",
           s->accepted, s->refused, s->messages, s->delivered, s->lines_out,

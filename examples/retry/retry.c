@@ -72,8 +72,8 @@ int retry_start(retry_t* r,
   r->op = op;
   r->done = done;
   r->start_ms = uvs_now(worker->sched);
-  r->backoff_ms = r->opt.first_ms < r->opt.max_ms ? r->opt.first_ms
-                                                  : r->opt.max_ms;
+  r->backoff_ms =
+      r->opt.first_ms < r->opt.max_ms ? r->opt.first_ms : r->opt.max_ms;
   r->cancelled = 0;
   r->active = 1;
   uvs_task_init(&r->task, attempt_run, attempt_done);

@@ -84,7 +84,8 @@ static void start(retry_t* r, attempt_log_t* log, const retry_options_t* o) {
 
 /* Steps through want[0..n): at each, one ms before must find nothing new,
  * the ms itself exactly one attempt at exactly that time. */
-static void expect_attempts(attempt_log_t* log, const uint64_t* want,
+static void expect_attempts(attempt_log_t* log,
+                            const uint64_t* want,
                             unsigned n) {
   unsigned i;
 
@@ -104,10 +105,10 @@ static void expect_attempts(attempt_log_t* log, const uint64_t* want,
  * then 60 s apart; the attempt that would start at 642.3 s is past the
  * deadline, so the retry ends at the 19th attempt with UV_ETIMEDOUT. */
 static void retry_deadline(void) {
-  static const uint64_t want[] = {
-      0,      100,    300,    700,    1500,   3100,   6300,
-      12700,  25500,  51100,  102300, 162300, 222300, 282300,
-      342300, 402300, 462300, 522300, 582300};
+  static const uint64_t want[] = {0,      100,    300,    700,    1500,
+                                  3100,   6300,   12700,  25500,  51100,
+                                  102300, 162300, 222300, 282300, 342300,
+                                  402300, 462300, 522300, 582300};
   retry_options_t o = {100, 60000, 0, TEN_MINUTES_MS};
   attempt_log_t log;
   retry_t r;

@@ -15,105 +15,105 @@ struct uvs__queue_s {
  * only), FIFO or delayed list, the scheduler's hand-back stack (next only),
  * or a drain's batch (prev holds its slot, tagged). While delayed it is also
  * in a slot of the timer wheel through `tnode`. */
-#define UVS_TASK_PRIVATE_FIELDS                                                \
-  struct uvs__queue_s node;                                                    \
-  struct uvs__queue_s tnode;                                                   \
-  uvs_worker_t* worker;                                                        \
-  uint64_t due;    /* ms on the uv_hrtime() clock */                           \
-  uint64_t period; /* ms; 0 for one-shot */                                    \
-  uint64_t key;    /* uvs_task_set_key; 0 = none */                           \
-  unsigned state;                                                              \
+#define UVS_TASK_PRIVATE_FIELDS                      \
+  struct uvs__queue_s node;                          \
+  struct uvs__queue_s tnode;                         \
+  uvs_worker_t* worker;                              \
+  uint64_t due;    /* ms on the uv_hrtime() clock */ \
+  uint64_t period; /* ms; 0 for one-shot */          \
+  uint64_t key;    /* uvs_task_set_key; 0 = none */  \
+  unsigned state;                                    \
   int status; /* the hand-back's; while queued, when it became ready (us) */
 
-#define UVS_WORKER_PRIVATE_FIELDS                                              \
-  /* Producer side: written by schedule calls on any thread. */                \
-  struct uvs__queue_s* inbox_tail; /* atomic: MPSC inbox, producers swap */    \
-  unsigned state;                  /* atomic: idle or scheduled */             \
-  unsigned inflight;               /* atomic: callers pinned in the API */     \
-  unsigned closed;                 /* atomic */                                \
-  unsigned flags;                  /* atomic loads, stores under the lock */   \
-  /* Consumer side: under the scheduler's lock. */                             \
-  struct uvs__queue_s* inbox_head;                                             \
-  struct uvs__queue_s inbox_stub;                                              \
-  struct uvs__queue_s fifo;       /* moved out of the inbox, unlinkable */     \
-  struct uvs__queue_s delayed;    /* its tasks in the timer wheel */           \
-  struct uvs__queue_s ready_node;                                              \
-  struct uvs__queue_s list_node;                                               \
-  uvs_task_t** batch;             /* the running drain's slots, or NULL */     \
-  unsigned batch_len;                                                          \
-  unsigned phase;                 /* idle, ready or posted */                  \
-  uv_work_t work;                                                              \
+#define UVS_WORKER_PRIVATE_FIELDS                                             \
+  /* Producer side: written by schedule calls on any thread. */               \
+  struct uvs__queue_s* inbox_tail; /* atomic: MPSC inbox, producers swap */   \
+  unsigned state;                  /* atomic: idle or scheduled */            \
+  unsigned inflight;               /* atomic: callers pinned in the API */    \
+  unsigned closed;                 /* atomic */                               \
+  unsigned flags;                  /* atomic loads, stores under the lock */  \
+  /* Consumer side: under the scheduler's lock. */                            \
+  struct uvs__queue_s* inbox_head;                                            \
+  struct uvs__queue_s inbox_stub;                                             \
+  struct uvs__queue_s fifo;    /* moved out of the inbox, unlinkable */       \
+  struct uvs__queue_s delayed; /* its tasks in the timer wheel */             \
+  struct uvs__queue_s ready_node;                                             \
+  struct uvs__queue_s list_node;                                              \
+  uvs_task_t** batch; /* the running drain's slots, or NULL */                \
+  unsigned batch_len;                                                         \
+  unsigned phase; /* idle, ready or posted */                                 \
+  uv_work_t work;                                                             \
   uv_thread_t thread; /* its loop's thread, so callers need not read sched */ \
-  uvs_worker_close_cb close_cb;                                                \
-  /* Written by the one drain running (relaxed atomics). */                    \
-  uint64_t nran;                                                               \
-  uint64_t nended_run;                                                         \
-  /* Under the lock. */                                                        \
-  uint64_t nsched; /* accepted: delayed, or moved out of the inbox */          \
-  uint64_t nended;                                                             \
-  uint64_t ncancelled;                                                         \
-  /* 0.2 (uvs_worker_init_ex). Options, set at init. */                        \
-  size_t max_pending;                                                          \
-  size_t low_water;                                                            \
-  uvs_worker_space_cb space_cb;                                                \
-  unsigned width;                                                              \
-  unsigned on_full;                                                            \
-  int metrics;                                                                 \
-  int counting; /* max_pending or metrics: queued tasks are counted */         \
-  /* Queued tasks, counted where a bound or metrics need it: in by           \
-   * producers (atomic), out by the drain and by holders of the lock. */       \
-  uint64_t q_in;                                                               \
-  uint64_t q_out_run;                                                          \
-  uint64_t q_out_lock;                                                         \
-  uint64_t queued_max; /* atomic */                                            \
-  uint64_t ndelayed;   /* under the lock */                                    \
-  uint64_t nrejected;  /* atomic */                                            \
-  uint64_t ndropped;   /* under the lock */                                    \
-  unsigned running;    /* atomic */                                            \
-  unsigned full;       /* atomic: was full, space_cb owed at low_water */      \
-  unsigned nwaiters;   /* stores under the lock */                             \
-  unsigned space_owed; /* under the lock */                                    \
-  struct uvs__queue_s waiters;    /* uvs_schedule_wait callers, FIFO */        \
-  struct uvs__queue_s space_node; /* on sched->space */                        \
+  uvs_worker_close_cb close_cb;                                               \
+  /* Written by the one drain running (relaxed atomics). */                   \
+  uint64_t nran;                                                              \
+  uint64_t nended_run;                                                        \
+  /* Under the lock. */                                                       \
+  uint64_t nsched; /* accepted: delayed, or moved out of the inbox */         \
+  uint64_t nended;                                                            \
+  uint64_t ncancelled;                                                        \
+  /* 0.2 (uvs_worker_init_ex). Options, set at init. */                       \
+  size_t max_pending;                                                         \
+  size_t low_water;                                                           \
+  uvs_worker_space_cb space_cb;                                               \
+  unsigned width;                                                             \
+  unsigned on_full;                                                           \
+  int metrics;                                                                \
+  int counting; /* max_pending or metrics: queued tasks are counted */        \
+  /* Queued tasks, counted where a bound or metrics need it: in by            \
+   * producers (atomic), out by the drain and by holders of the lock. */      \
+  uint64_t q_in;                                                              \
+  uint64_t q_out_run;                                                         \
+  uint64_t q_out_lock;                                                        \
+  uint64_t queued_max; /* atomic */                                           \
+  uint64_t ndelayed;   /* under the lock */                                   \
+  uint64_t nrejected;  /* atomic */                                           \
+  uint64_t ndropped;   /* under the lock */                                   \
+  unsigned running;    /* atomic */                                           \
+  unsigned full;       /* atomic: was full, space_cb owed at low_water */     \
+  unsigned nwaiters;   /* stores under the lock */                            \
+  unsigned space_owed; /* under the lock */                                   \
+  struct uvs__queue_s waiters;    /* uvs_schedule_wait callers, FIFO */       \
+  struct uvs__queue_s space_node; /* on sched->space */                       \
   struct uvs__keys_s* keys;       /* width > 1: lanes and the key table */    \
   struct uvs__queue_s kready;     /* width > 1: tasks lanes may start */      \
   unsigned lanes_active;          /* width > 1: lanes posted or running */    \
-  uvs_hist_t hist_wait;                                                        \
+  uvs_hist_t hist_wait;                                                       \
   uvs_hist_t hist_run;
 
-#define UVS_SCHED_PRIVATE_FIELDS                                               \
-  uv_async_t async;                                                            \
-  uv_timer_t timer;                                                            \
-  uv_idle_t idle;                                                              \
-  uv_mutex_t lock;                                                             \
-  uv_thread_t thread;                                                          \
-  uvs_sched_close_cb close_cb;                                                 \
-  struct uvs__queue_s workers;    /* open workers */                           \
-  struct uvs__queue_s closing;    /* workers being closed */                   \
-  struct uvs__queue_s closed;     /* closed while the scheduler closes */      \
-  struct uvs__queue_s ready;      /* pool workers waiting for a drain */       \
-  struct uvs__queue_s loop_ready; /* loop workers with work */                 \
-  struct uvs__queue_s space;      /* workers owed a space_cb */                \
-  struct uvs__queue_s* done_top;  /* atomic: stack of handed-back tasks */     \
-  struct uvs__timers_s* timers;                                                \
-  void* post_free;                                                             \
-  void* post_chunks;                                                           \
-  void* post_local; /* loop thread only: its own free nodes */                \
+#define UVS_SCHED_PRIVATE_FIELDS                                              \
+  uv_async_t async;                                                           \
+  uv_timer_t timer;                                                           \
+  uv_idle_t idle;                                                             \
+  uv_mutex_t lock;                                                            \
+  uv_thread_t thread;                                                         \
+  uvs_sched_close_cb close_cb;                                                \
+  struct uvs__queue_s workers;    /* open workers */                          \
+  struct uvs__queue_s closing;    /* workers being closed */                  \
+  struct uvs__queue_s closed;     /* closed while the scheduler closes */     \
+  struct uvs__queue_s ready;      /* pool workers waiting for a drain */      \
+  struct uvs__queue_s loop_ready; /* loop workers with work */                \
+  struct uvs__queue_s space;      /* workers owed a space_cb */               \
+  struct uvs__queue_s* done_top;  /* atomic: stack of handed-back tasks */    \
+  struct uvs__timers_s* timers;                                               \
+  void* post_free;                                                            \
+  void* post_chunks;                                                          \
+  void* post_local;     /* loop thread only: its own free nodes */            \
   uint64_t timer_due;   /* what the uv_timer is armed for */                  \
-  uint64_t timer_asked; /* earliest due asked for since it was armed */        \
-  uint64_t now; /* atomic */                                                   \
-  uvs_stats_t stats; /* closed workers' totals, drains, wakeups */             \
-  unsigned max_concurrency;                                                    \
-  unsigned budget;                                                             \
-  unsigned linger_us;                                                          \
-  unsigned drains;                                                             \
-  unsigned state;      /* atomic */                                            \
-  unsigned flags;      /* loop thread only */                                  \
-  unsigned async_sent; /* atomic */                                            \
+  uint64_t timer_asked; /* earliest due asked for since it was armed */       \
+  uint64_t now;         /* atomic */                                          \
+  uvs_stats_t stats;    /* closed workers' totals, drains, wakeups */         \
+  unsigned max_concurrency;                                                   \
+  unsigned budget;                                                            \
+  unsigned linger_us;                                                         \
+  unsigned drains;                                                            \
+  unsigned state;      /* atomic */                                           \
+  unsigned flags;      /* loop thread only */                                 \
+  unsigned async_sent; /* atomic */                                           \
   unsigned inflight;   /* atomic: callers inside the API on this scheduler */ \
-  unsigned handles;    /* libuv handles still open */                          \
-  int keep_alive;                                                              \
-  int manual_clock;                                                            \
+  unsigned handles;    /* libuv handles still open */                         \
+  int keep_alive;                                                             \
+  int manual_clock;                                                           \
   uint64_t manual_now; /* atomic: ms, with manual_clock */
 
 #endif /* UVSCHED_PRIVATE_H */

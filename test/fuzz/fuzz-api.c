@@ -29,25 +29,24 @@
 #define NTASK 8
 #define MAX_MS ((uint64_t) 1 << 40)
 
-#define CHECK(expr)                                                      \
-  do {                                                                   \
-    if (!(expr)) {                                                       \
-      fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, \
-              #expr);                                                    \
-      abort();                                                           \
-    }                                                                    \
+#define CHECK(expr)                                                            \
+  do {                                                                         \
+    if (!(expr)) {                                                             \
+      fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #expr); \
+      abort();                                                                 \
+    }                                                                          \
   } while (0)
 
-#define CHECK_RC(got, want)                                                \
-  do {                                                                     \
-    int got_ = (got);                                                      \
-    int want_ = (want);                                                    \
-    if (got_ != want_) {                                                   \
+#define CHECK_RC(got, want)                                               \
+  do {                                                                    \
+    int got_ = (got);                                                     \
+    int want_ = (want);                                                   \
+    if (got_ != want_) {                                                  \
       fprintf(stderr, "%s:%d: %s returned %d (%s), model says %d (%s)\n", \
-              __FILE__, __LINE__, #got, got_, rc_name(got_), want_,        \
-              rc_name(want_));                                             \
-      abort();                                                             \
-    }                                                                      \
+              __FILE__, __LINE__, #got, got_, rc_name(got_), want_,       \
+              rc_name(want_));                                            \
+      abort();                                                            \
+    }                                                                     \
   } while (0)
 
 /* W_SCLOSING: closing with the scheduler's close, which a worker close may
@@ -72,15 +71,15 @@ typedef struct {
   int state;
   int has_done;
   int slot;
-  long seq;          /* -1: not checked for order */
+  long seq;            /* -1: not checked for order */
   uint64_t not_before; /* ns */
   uint64_t period;
-  int runs;          /* in the current custody (one-shot: 0 or 1) */
-  int behaviour;     /* what run_cb does besides checking */
-  int cancel_busy;   /* pool one-shot: a cancel found it taken */
-  int close_hit;     /* pool: a cancelling close found it (cancel: EBUSY) */
-  int uncertain;     /* a draining close may have run or dropped it */
-  int limbo;         /* done-less on a closing or pool worker: released when? */
+  int runs;        /* in the current custody (one-shot: 0 or 1) */
+  int behaviour;   /* what run_cb does besides checking */
+  int cancel_busy; /* pool one-shot: a cancel found it taken */
+  int close_hit;   /* pool: a cancelling close found it (cancel: EBUSY) */
+  int uncertain;   /* a draining close may have run or dropped it */
+  int limbo;       /* done-less on a closing or pool worker: released when? */
   int periodic_cancelled;
 } ftask_t;
 
@@ -93,7 +92,8 @@ static int sched_close_cbs;
 static slot_t slots[NSLOT];
 static ftask_t tasks[NTASK];
 static long accepted; /* schedules accepted (stats.scheduled) */
-static long custodies; /* custodies begun: a re-schedule from run_cb continues one */
+static long
+    custodies; /* custodies begun: a re-schedule from run_cb continues one */
 static long handed_back;
 static long handed_back_cancelled;
 static long released_run;   /* done-less tasks released by their run */
@@ -146,8 +146,8 @@ static void run_cb(uvs_task_t* task) {
   CHECK(!sl->ran_active);
   sl->ran_active = 1;
   CHECK(t->state == T_QUEUED || t->state == T_DELAYED ||
-        t->state == T_PERIODIC || (t->slot == 2 && t->state == T_CANCELLED &&
-                                   t->periodic_cancelled));
+        t->state == T_PERIODIC ||
+        (t->slot == 2 && t->state == T_CANCELLED && t->periodic_cancelled));
   CHECK(uv_hrtime() >= t->not_before);
   if (t->seq >= 0) {
     CHECK(t->seq > sl->last_seq);
@@ -367,8 +367,12 @@ static int expect_schedule(int s, ftask_t* t, int bad_args) {
 }
 
 
-static void model_accept(ftask_t* t, int s, int state, uint64_t delay,
-                   uint64_t period, unsigned behaviour) {
+static void model_accept(ftask_t* t,
+                         int s,
+                         int state,
+                         uint64_t delay,
+                         uint64_t period,
+                         unsigned behaviour) {
   uv_mutex_lock(&model_lock);
   t->state = state;
   t->slot = s;
@@ -413,10 +417,10 @@ static void op_schedule(input_t* in, int kind) {
   period = kind == 2 ? ((b >> 3) & 3) : 0;
   if (kind == 2 && period == 3)
     period = MAX_MS + 1;
-  want = expect_schedule(s, t,
-                         delay > MAX_MS ||
-                             (kind == 2 && (period == 0 || period > MAX_MS ||
-                                            !t->has_done)));
+  want = expect_schedule(
+      s, t,
+      delay > MAX_MS ||
+          (kind == 2 && (period == 0 || period > MAX_MS || !t->has_done)));
   if (want == 1)
     return;
   t_call = uv_hrtime();
@@ -424,8 +428,11 @@ static void op_schedule(input_t* in, int kind) {
    * worker may take it from the inbox and run it before the call returns.
    * The return code is still checked against the prediction. */
   if (want == 0) {
-    model_accept(t, s, kind == 0 ? T_QUEUED : kind == 1 ? T_DELAYED : T_PERIODIC,
-           delay, period, (b >> 5) & 3);
+    model_accept(t, s,
+                 kind == 0   ? T_QUEUED
+                 : kind == 1 ? T_DELAYED
+                             : T_PERIODIC,
+                 delay, period, (b >> 5) & 3);
     if (kind != 0) {
       uv_mutex_lock(&model_lock);
       t->not_before = t_call + delay * 1000000u;
@@ -488,9 +495,9 @@ static void op_post(input_t* in) {
   s = (int) (a % NSLOT);
   if (slots[s].state == W_FREE)
     return;
-  want = (a & 4) ? UV_EINVAL
+  want = (a & 4)                                               ? UV_EINVAL
          : (slots[s].state != W_OPEN || sched_state != S_OPEN) ? UV_ESHUTDOWN
-                                                                : 0;
+                                                               : 0;
   err = uvs_post(&slots[s].w, (a & 4) ? NULL : post_fn, &slots[s]);
   CHECK_RC(err, want);
   if (err == 0)
@@ -507,7 +514,8 @@ static void op_worker(input_t* in) {
   sl = &slots[a % NSLOT];
   if (sl->state == W_FREE || sl->state == W_CLOSED) {
     /* The memory is ours: (re)initialise it. */
-    err = uvs_worker_init(&sched, &sl->w, sl == &slots[2] ? UVS_POOL : UVS_LOOP);
+    err =
+        uvs_worker_init(&sched, &sl->w, sl == &slots[2] ? UVS_POOL : UVS_LOOP);
     CHECK_RC(err, sched_state == S_OPEN ? 0 : UV_ESHUTDOWN);
     if (err == 0) {
       sl->state = W_OPEN;
@@ -515,8 +523,10 @@ static void op_worker(input_t* in) {
     }
     return;
   }
-  err = uvs_worker_close(&sl->w, (a & 4) ? UVS_DRAIN : (a & 8) ? UVS_CANCEL
-                                                              : (uvs_close_how_t) 3,
+  err = uvs_worker_close(&sl->w,
+                         (a & 4)   ? UVS_DRAIN
+                         : (a & 8) ? UVS_CANCEL
+                                   : (uvs_close_how_t) 3,
                          worker_close_cb);
   if (!(a & 12))
     CHECK_RC(err, UV_EINVAL);
@@ -543,9 +553,9 @@ static void op_task_init(input_t* in) {
   t = &tasks[a % NTASK];
   if (in_custody(t))
     return; /* undefined: the library has it */
-  CHECK_RC(uvs_task_init(&t->t, (a & 8) ? NULL : run_cb,
-                         (a & 16) ? NULL : done_cb),
-           (a & 8) ? UV_EINVAL : 0);
+  CHECK_RC(
+      uvs_task_init(&t->t, (a & 8) ? NULL : run_cb, (a & 16) ? NULL : done_cb),
+      (a & 8) ? UV_EINVAL : 0);
   if (!(a & 8)) {
     t->state = T_IDLE;
     t->has_done = !(a & 16);
@@ -649,7 +659,8 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   CHECK(sched_state == S_CLOSED);
   CHECK(sched_close_cbs == 1);
   custody = 0;
-  for (i = 0; i < NTASK; i++) custody += in_custody(&tasks[i]) && tasks[i].has_done;
+  for (i = 0; i < NTASK; i++)
+    custody += in_custody(&tasks[i]) && tasks[i].has_done;
   CHECK(custody == 0);
   /* Every custody ended once; posts not run were dropped by a close. */
   CHECK(custodies == handed_back + released_run + released_close);
