@@ -26,7 +26,7 @@ uint64_t uvs__queued_now(uvs_worker_t* w) {
 }
 
 
-static void note_max(uvs_worker_t* w, uint64_t queued) {
+void uvs__note_max(uvs_worker_t* w, uint64_t queued) {
   uint64_t max;
 
   max = uvs__load_rlx(&w->queued_max);
@@ -95,7 +95,7 @@ int uvs__admit(uvs_worker_t* w, int locked) {
     /* Counted for metrics only. */
     in = uvs__add_sc(&w->q_in, 1) + 1;
     out = uvs__load_acq(&w->q_out_run) + uvs__load_acq(&w->q_out_lock);
-    note_max(w, in > out ? in - out : 0);
+    uvs__note_max(w, in > out ? in - out : 0);
     return 0;
   }
   in = uvs__load_acq(&w->q_in);
@@ -105,7 +105,7 @@ int uvs__admit(uvs_worker_t* w, int locked) {
       break;
     if (__atomic_compare_exchange_n(&w->q_in, &in, in + 1, 1, __ATOMIC_SEQ_CST,
                                     __ATOMIC_SEQ_CST)) {
-      note_max(w, in + 1 - out);
+      uvs__note_max(w, in + 1 - out);
       if (in + 1 - out >= w->max_pending)
         mark_full(w, locked);
       return 0;
@@ -121,7 +121,7 @@ int uvs__admit(uvs_worker_t* w, int locked) {
   evict_for(w);
   if (!locked)
     uv_mutex_unlock(&w->sched->lock);
-  note_max(w, w->max_pending);
+  uvs__note_max(w, w->max_pending);
   return 0;
 }
 

@@ -354,6 +354,8 @@ void uvs__unqueued(uvs_worker_t* worker);
 /* Room was made in a bounded worker: owe space_cb at low_water, wake a
  * blocked producer. */
 void uvs__space_check(uvs_worker_t* worker, int locked);
+/* Raises queued_max to queued if it is below (atomic max). */
+void uvs__note_max(uvs_worker_t* worker, uint64_t queued);
 /* Tasks queued now in a counting worker. */
 uint64_t uvs__queued_now(uvs_worker_t* worker);
 /* Blocks a producer (no lock held) until room, a close (UV_ESHUTDOWN) or

@@ -448,9 +448,9 @@ int uvs_worker_metrics(const uvs_worker_t* worker, uvs_worker_metrics_t* out) {
     other = out->delayed + out->running;
     out->queued = pending > other ? pending - other : 0;
   }
+  if (open)
+    uvs__note_max(w, out->queued);
   out->queued_max = load64(&w->queued_max);
-  if (out->queued_max < out->queued)
-    out->queued_max = out->queued;
   if (s != NULL) {
     uv_mutex_unlock(&s->lock);
     uvs__worker_leave(w);
