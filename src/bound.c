@@ -171,6 +171,7 @@ void uvs__space_check(uvs_worker_t* w, int locked) {
   if (owe && !w->space_owed && !(w->flags & UVS__WF_CLOSING)) {
     w->space_owed = 1;
     uvs__queue_push(&s->space, &w->space_node);
+    uvs__store_rel(&s->space_any, 1u);
     uvs__kick(s);
   }
   if (w->nwaiters != 0 && uvs__queued_now(w) < w->max_pending)

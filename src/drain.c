@@ -359,9 +359,15 @@ static unsigned fill(uvs_worker_t* w,
 }
 
 
-/* Runs up to budget tasks of a worker, a batch at a time; lane is NULL
- * for a serial worker. No lock held on entry or exit. */
-void uvs__drain(uvs_worker_t* w, uvs__lane_t* lane) {
+/* Runs one turn of a worker: up to budget tasks, a batch at a time, or,
+ * with budget 0, until the time slice passes (rs: a runner's slice, shared
+ * by the workers it serves; NULL: a slice of its own). lane is NULL for a
+ * serial worker. Returns the tasks it took. No lock held on entry or
+ * exit. */
+static unsigned turn(uvs_worker_t* w,
+                     uvs__lane_t* lane,
+                     slice_t* rs,
+                     unsigned budget) {
   uvs_sched_t* s;
   uvs_task_t** slots;
   uvs_task_t*** batch;
@@ -370,9 +376,9 @@ void uvs__drain(uvs_worker_t* w, uvs__lane_t* lane) {
   uvs__queue_t posts;
   uvs__queue_t* q;
   uvs__chain_t done;
-  slice_t sl;
+  slice_t own;
+  slice_t* sl;
   unsigned batch_max;
-  unsigned budget;
   unsigned ran;
   unsigned max;
   unsigned n;
@@ -384,14 +390,17 @@ void uvs__drain(uvs_worker_t* w, uvs__lane_t* lane) {
   slots = batch_slots;
   batch = lane != NULL ? &lane->batch : &w->batch;
   batch_len = lane != NULL ? &lane->batch_len : &w->batch_len;
-  budget = s->budget;
-  sl.end_ns = 0;
-  sl.end_tick = 0;
-  sl.per_ms = 0;
+  own.end_ns = 0;
+  own.end_tick = 0;
+  own.per_ms = 0;
+  sl = &own;
   batch_max = UVS__BATCH;
   if (budget == 0) {
     budget = UINT32_MAX;
-    slice_start(&sl);
+    if (rs != NULL)
+      sl = rs;
+    else
+      slice_start(&own);
     batch_max = UVS__FIRST_BATCH;
   }
   ran = 0;
@@ -415,8 +424,9 @@ void uvs__drain(uvs_worker_t* w, uvs__lane_t* lane) {
     max = budget - ran < batch_max ? budget - ran : batch_max;
     n = fill(w, lane, slots, max);
     if (n == 0) {
+      /* A runner with other workers waiting doesn't linger on this one. */
       if (lane == NULL && s->linger_us != 0 && w->where == UVS_POOL &&
-          linger(s, w))
+          (rs == NULL || uvs__queue_empty(&s->ready)) && linger(s, w))
         continue;
       break;
     }
@@ -426,7 +436,7 @@ void uvs__drain(uvs_worker_t* w, uvs__lane_t* lane) {
 
     for (i = 0; i < n; i++) {
       /* No task starts once the slice has passed. */
-      if (check && slice_over(&sl)) {
+      if (check && slice_over(sl)) {
         over = 1;
         break;
       }
@@ -451,7 +461,7 @@ void uvs__drain(uvs_worker_t* w, uvs__lane_t* lane) {
         run_counted(s, w, t, &posts, &done);
       else
         run_one(s, w, t, &posts, &done);
-      check = sl.end_ns != 0;
+      check = sl->end_ns != 0;
     }
     /* The batch's hand-backs in one go, in the order the tasks ran, before
      * the keys let the next task of each start. */
@@ -460,8 +470,8 @@ void uvs__drain(uvs_worker_t* w, uvs__lane_t* lane) {
     /* The real clock once a batch (every UVS__BATCH tasks for a lane, which
      * takes one at a time) as well: the tick counter of another core may
      * run behind this one's. */
-    if (sl.end_ns != 0 && !over && (lane == NULL || ran % UVS__BATCH < i)) {
-      if (uv_hrtime() >= sl.end_ns)
+    if (sl->end_ns != 0 && !over && (lane == NULL || ran % UVS__BATCH < i)) {
+      if (uv_hrtime() >= sl->end_ns)
         over = 1;
       else if (batch_max < UVS__BATCH)
         batch_max *= 2;
@@ -481,4 +491,52 @@ void uvs__drain(uvs_worker_t* w, uvs__lane_t* lane) {
   }
   uv_mutex_unlock(&s->lock);
   uvs__tls.draining = 0;
+  return ran;
+}
+
+
+void uvs__drain(uvs_worker_t* w, uvs__lane_t* lane) {
+  turn(w, lane, NULL, w->sched->budget);
+}
+
+
+void uvs__run_ready(uvs_sched_t* s, uvs_worker_t* first) {
+  uvs__queue_t* q;
+  uvs_worker_t* w;
+  uint64_t epoch;
+  unsigned left;
+  slice_t sl;
+
+  /* With a budget the runner runs that many tasks in all, as one drain
+   * did; with none, one time slice. Each worker gets one turn at most: a
+   * worker it served already and finds ready again waits for the next. */
+  left = s->budget;
+  sl.end_ns = 0;
+  if (left == 0)
+    slice_start(&sl);
+  w = first;
+  uv_mutex_lock(&s->lock);
+  epoch = ++s->runner_epoch;
+  for (;;) {
+    w->runner_epoch = epoch;
+    uv_mutex_unlock(&s->lock);
+    if (left == 0) {
+      turn(w, NULL, &sl, 0);
+    } else {
+      left -= turn(w, NULL, NULL, left);
+    }
+    uv_mutex_lock(&s->lock);
+    uvs__turn_ended(w);
+    q = NULL;
+    if (s->budget != 0 ? left != 0 : !slice_over(&sl))
+      q = s->ready.next != &s->ready ? s->ready.next : NULL;
+    if (q == NULL)
+      break;
+    w = uvs__container_of(q, uvs_worker_t, ready_node);
+    if (w->runner_epoch == epoch)
+      break;
+    uvs__queue_remove(q);
+    w->phase = UVS__P_POSTED;
+  }
+  uv_mutex_unlock(&s->lock);
 }

@@ -269,6 +269,10 @@ void uvs__advance(uvs_sched_t* sched, uint64_t ms);
 /* Runs a turn of a worker, or of one lane of a wide worker (lane NULL for
  * a serial one). No lock held. */
 void uvs__drain(uvs_worker_t* worker, uvs__lane_t* lane);
+/* A runner (one uv_queue_work item): runs a turn of first, then of each
+ * pool worker that is ready, oldest first, until none is or its time
+ * slice has passed. Pool thread, no lock held. */
+void uvs__run_ready(uvs_sched_t* sched, uvs_worker_t* first);
 
 /* Is w closing with UVS_CANCEL? A drain asks after it took a task from its
  * slot and before it runs it. The close stores the flag before it sweeps
@@ -312,6 +316,9 @@ int uvs__cancel_locked(uvs_sched_t* sched, uvs_task_t* task);
 void uvs__worker_close_locked(uvs_worker_t* worker,
                               uvs_close_how_t how,
                               uvs_worker_close_cb cb);
+/* A turn of the worker ended (lock held, any thread): idle, or ready
+ * again at the tail of its list. */
+void uvs__turn_ended(uvs_worker_t* worker);
 /* Hands back what a closing worker must not run (lock held). */
 void uvs__worker_close_sweep(uvs_worker_t* worker);
 /* Tasks accepted and not yet handed back (lock held). */

@@ -70,28 +70,6 @@ void uvs__kick(uvs_sched_t* s) {
 }
 
 
-/* A drain or loop turn ended (loop thread, lock held): idle, or ready again
- * at the tail of its list so that ready workers take turns. */
-static void turn_ended(uvs_worker_t* w) {
-  unsigned idle;
-
-  if ((w->flags & UVS__WF_CLOSING) && !(w->flags & UVS__WF_DRAIN))
-    uvs__worker_close_sweep(w);
-  w->phase = UVS__P_IDLE;
-  if (!uvs__worker_nonempty(w)) {
-    /* The other half of uvs__worker_push()'s hand-off. */
-    __atomic_store_n(&w->state, UVS__WS_IDLE, __ATOMIC_SEQ_CST);
-    if (!uvs__worker_nonempty(w))
-      return;
-    idle = UVS__WS_IDLE;
-    if (!__atomic_compare_exchange_n(&w->state, &idle, UVS__WS_SCHEDULED, 0,
-                                     __ATOMIC_SEQ_CST, __ATOMIC_RELAXED))
-      return; /* a producer took it and makes it ready */
-  }
-  uvs__worker_make_ready(w);
-}
-
-
 /* A delayed task fell due: it joins the tail of its worker's queue. */
 static void fire(void* ctx, uvs_task_t* t) {
   uvs_worker_t* w;
@@ -158,11 +136,6 @@ static void rearm_timer(uvs_sched_t* s) {
 }
 
 
-static void drain_work(uv_work_t* req) {
-  uvs__drain(uvs__container_of(req, uvs_worker_t, work), NULL);
-}
-
-
 static void lane_work(uv_work_t* req) {
   uvs__lane_t* lane;
 
@@ -171,16 +144,22 @@ static void lane_work(uv_work_t* req) {
 }
 
 
-static void drain_work_done(uv_work_t* req, int status) {
-  uvs_worker_t* w;
+static void runner_work(uv_work_t* req) {
+  uvs_sched_t* s;
+
+  s = req->data;
+  uvs__run_ready(s, s->runner_first[req - s->runners]);
+}
+
+
+static void runner_done(uv_work_t* req, int status) {
   uvs_sched_t* s;
 
   (void) status; /* never cancelled with uv_cancel */
-  w = uvs__container_of(req, uvs_worker_t, work);
-  s = w->sched;
+  s = req->data;
   uv_mutex_lock(&s->lock);
   s->drains--;
-  turn_ended(w);
+  s->runners_busy &= ~(1u << (req - s->runners));
   uv_mutex_unlock(&s->lock);
   process(s, 0);
 }
@@ -204,7 +183,7 @@ static void lane_work_done(uv_work_t* req, int status) {
   w->lanes_active--;
   if (w->phase != UVS__P_READY) {
     if (w->lanes_active == 0)
-      turn_ended(w);
+      uvs__turn_ended(w);
     else if (!uvs__queue_empty(&w->kready) ||
              (uvs__worker_nonempty(w) && !uvs__cancelling(w)))
       uvs__worker_make_ready(w);
@@ -240,21 +219,41 @@ static int slot_free(const uvs_sched_t* s) {
 }
 
 
-/* Posts drains for ready pool workers, oldest first. Lock held. */
+/* A runner not posted, or -1. */
+static int free_runner(const uvs_sched_t* s) {
+  unsigned i;
+
+  for (i = 0; i < s->nrunners; i++)
+    if (!(s->runners_busy & (1u << i)))
+      return (int) i;
+  return -1;
+}
+
+
+/* Posts runners for ready pool workers, oldest first, each runner starting
+ * with one and going on with the others that are ready (drain.c), and
+ * lanes for wide workers. Lock held. */
 static void dispatch(uvs_sched_t* s) {
   uvs__queue_t* q;
   uvs_worker_t* w;
+  int r;
 
-  while (slot_free(s) && (q = uvs__queue_shift(&s->ready)) != NULL) {
+  while (slot_free(s) && (q = uvs__queue_shift(&s->wide_ready)) != NULL) {
     w = uvs__container_of(q, uvs_worker_t, ready_node);
     w->phase = UVS__P_POSTED;
-    if (w->keys != NULL) {
-      post_lane(s, w);
-      continue;
-    }
+    post_lane(s, w);
+  }
+  while (slot_free(s) && !uvs__queue_empty(&s->ready) &&
+         (r = free_runner(s)) >= 0) {
+    q = uvs__queue_shift(&s->ready);
+    w = uvs__container_of(q, uvs_worker_t, ready_node);
+    w->phase = UVS__P_POSTED;
+    s->runners_busy |= 1u << r;
+    s->runner_first[r] = w;
+    s->runners[r].data = s;
     s->drains++;
     s->stats.drains++;
-    if (uv_queue_work(s->loop, &w->work, drain_work, drain_work_done) != 0)
+    if (uv_queue_work(s->loop, &s->runners[r], runner_work, runner_done) != 0)
       abort(); /* only fails for a NULL work_cb */
   }
 }
@@ -276,7 +275,7 @@ static void run_loop_workers(uvs_sched_t* s) {
     uv_mutex_unlock(&s->lock);
     uvs__drain(w, NULL);
     uv_mutex_lock(&s->lock);
-    turn_ended(w);
+    uvs__turn_ended(w);
   }
   uv_mutex_unlock(&s->lock);
 }
@@ -462,8 +461,9 @@ static void call_space_cbs(uvs_sched_t* s) {
   uvs__queue_t* q;
   uvs_worker_t* w;
 
-  if (uvs__queue_empty(&s->space))
-    return; /* a loop-thread-only peek; kicks bring us back */
+  /* Set under the lock by whoever lists a worker; a kick brings us back. */
+  if (!__atomic_exchange_n(&s->space_any, 0u, __ATOMIC_ACQUIRE))
+    return;
   uv_mutex_lock(&s->lock);
   while ((q = uvs__queue_shift(&s->space)) != NULL) {
     w = uvs__container_of(q, uvs_worker_t, space_node);
@@ -499,7 +499,7 @@ static void process(uvs_sched_t* s, int what) {
   rearm_timer(s);
   more = (s->flags & UVS__SF_KICKED) || !uvs__queue_empty(&s->loop_ready) ||
          uvs__load_acq(&s->done_top) != NULL ||
-         (!uvs__queue_empty(&s->ready) && slot_free(s));
+         (!uvs__queue_empty(&s->ready) && slot_free(s) && free_runner(s) >= 0);
   uv_mutex_unlock(&s->lock);
 
   if (more)

@@ -2,7 +2,23 @@
 
 #include "internal.h"
 
+#include <stdlib.h>
 #include <string.h>
+
+/* Runners beyond the pool's threads would only wait in libuv's queue.
+ * libuv 1.44 has no call that tells the pool's size: read it as libuv
+ * does, from UV_THREADPOOL_SIZE (default 4). */
+static unsigned pool_size(void) {
+  const char* v;
+  long n;
+
+  v = getenv("UV_THREADPOOL_SIZE");
+  n = v != NULL ? strtol(v, NULL, 10) : 4;
+  if (n < 1)
+    n = 1;
+  return n > UVS__RUNNERS ? UVS__RUNNERS : (unsigned) n;
+}
+
 
 /* The scheduler's lock is held for a few dozen instructions at a time, by
  * drains on several pool threads at once under load: where glibc has it,
@@ -69,6 +85,8 @@ int uvs_sched_init(uv_loop_t* loop,
   uvs__queue_init(&s->ready);
   uvs__queue_init(&s->loop_ready);
   uvs__queue_init(&s->space);
+  uvs__queue_init(&s->wide_ready);
+  s->nrunners = pool_size();
   uvs__store_rel(&s->done_top, NULL);
   s->handles = 3;
   s->timer_due = UINT64_MAX;

@@ -246,7 +246,9 @@ out:
 
 
 static uvs__queue_t* ready_list(uvs_worker_t* w) {
-  return w->where == UVS_POOL ? &w->sched->ready : &w->sched->loop_ready;
+  if (w->where == UVS_LOOP)
+    return &w->sched->loop_ready;
+  return w->keys == NULL ? &w->sched->ready : &w->sched->wide_ready;
 }
 
 
@@ -327,6 +329,31 @@ int uvs__cancel_locked(uvs_sched_t* s, uvs_task_t* t) {
   uvs__unqueued(t->worker);
   uvs__drop(s, t, UV_ECANCELED);
   return 0;
+}
+
+
+/* A turn of w ended (lock held; any thread): idle, or ready again at the
+ * tail of its list so that ready workers take turns. */
+void uvs__turn_ended(uvs_worker_t* w) {
+  unsigned idle;
+
+  if (w->flags & UVS__WF_CLOSING) {
+    if (!(w->flags & UVS__WF_DRAIN))
+      uvs__worker_close_sweep(w);
+    uvs__kick(w->sched); /* the loop completes closes */
+  }
+  w->phase = UVS__P_IDLE;
+  if (!uvs__worker_nonempty(w)) {
+    /* The other half of uvs__worker_push()'s hand-off. */
+    __atomic_store_n(&w->state, UVS__WS_IDLE, __ATOMIC_SEQ_CST);
+    if (!uvs__worker_nonempty(w))
+      return;
+    idle = UVS__WS_IDLE;
+    if (!__atomic_compare_exchange_n(&w->state, &idle, UVS__WS_SCHEDULED, 0,
+                                     __ATOMIC_SEQ_CST, __ATOMIC_RELAXED))
+      return; /* a producer took it and makes it ready */
+  }
+  uvs__worker_make_ready(w);
 }
 
 

@@ -41,7 +41,8 @@ struct uvs__queue_s {
   struct uvs__queue_s list_node;                                              \
   uvs_task_t** batch; /* the running drain's slots, or NULL */                \
   unsigned batch_len;                                                         \
-  unsigned phase; /* idle, ready or posted */                                 \
+  unsigned phase;        /* idle, ready or posted */                          \
+  uint64_t runner_epoch; /* the last runner that served it */                 \
   uv_work_t work;                                                             \
   uv_thread_t thread; /* its loop's thread, so callers need not read sched */ \
   uvs_worker_close_cb close_cb;                                               \
@@ -81,6 +82,10 @@ struct uvs__queue_s {
   uvs_hist_t hist_wait;                                                       \
   uvs_hist_t hist_run;
 
+/* Most runners (uv_queue_work items that each serve ready pool workers in
+ * turn) a scheduler has posted at once. */
+#define UVS__RUNNERS 16
+
 #define UVS_SCHED_PRIVATE_FIELDS                                              \
   uv_async_t async;                                                           \
   uv_timer_t timer;                                                           \
@@ -94,6 +99,7 @@ struct uvs__queue_s {
   struct uvs__queue_s ready;      /* pool workers waiting for a drain */      \
   struct uvs__queue_s loop_ready; /* loop workers with work */                \
   struct uvs__queue_s space;      /* workers owed a space_cb */               \
+  struct uvs__queue_s wide_ready; /* wide workers wanting a lane */           \
   struct uvs__queue_s* done_top;  /* atomic: stack of handed-back tasks */    \
   struct uvs__timers_s* timers;                                               \
   void* post_free;                                                            \
@@ -113,6 +119,12 @@ struct uvs__queue_s {
   unsigned inflight;   /* atomic: callers inside the API on this scheduler */ \
   unsigned handles;    /* libuv handles still open */                         \
   int keep_alive;                                                             \
+  uv_work_t runners[UVS__RUNNERS];                                            \
+  uvs_worker_t* runner_first[UVS__RUNNERS];                                   \
+  uint64_t runner_epoch; /* runs of runners so far */                         \
+  unsigned space_any;    /* atomic: a worker was listed on space */           \
+  unsigned runners_busy; /* bit per runner posted */                          \
+  unsigned nrunners;     /* runners it may post: the pool's size, at most */  \
   int manual_clock;                                                           \
   uint64_t manual_now; /* atomic: ms, with manual_clock */
 
