@@ -19,6 +19,7 @@ int uvs_task_init(uvs_task_t* t, uvs_run_cb run, uvs_done_cb done) {
   uvs__store_rel(&t->worker, NULL);
   t->due = 0;
   t->period = 0;
+  t->key = 0;
   t->status = 0;
   uvs__store_rel(&t->state, UVS__T_IDLE);
   return 0;

@@ -138,9 +138,12 @@ static void add_items(int n, int (*keyof)(int), uvs_run_cb run) {
     item_t* it;
 
     it = &items[nitems];
-    memset(it, 0, sizeof(*it));
+    /* Garbage where the task goes: uvs_task_init must leave no key. */
+    memset(it, 0xab, sizeof(*it));
     it->id = nitems;
     it->key = keyof(i);
+    it->status = 0;
+    it->done_calls = 0;
     ASSERT_OK(uvs_task_init(&it->task, run, item_done));
     /* Keys far apart in value, so a table that truncates them would
      * merge nothing here by accident and SPEC's "exact 64-bit key"
