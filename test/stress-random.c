@@ -7,22 +7,35 @@
  * at random, schedule, schedule_after, schedule_every, cancel, post, close
  * and re-create workers on two schedulers (one with the default options,
  * one with budget 7, max_concurrency 2 and linger_us 20), each with two
- * pool and two loop workers. Run callbacks sometimes take long, re-schedule
- * their own task (at once or delayed) or try to re-schedule a periodic task
- * (UV_EBUSY).
+ * serial pool workers, two loop workers and one wide pool worker (width 4,
+ * made with uvs_worker_init_ex, sometimes with metrics). Every task carries
+ * a key set with uvs_task_set_key before it is scheduled: one of 8 keys
+ * (64-bit values, two of them equal to others in their low 32 bits) or,
+ * one time in five, none. On a serial worker keys change nothing, and the
+ * serial checks below hold whatever the keys. Run callbacks sometimes take
+ * long, re-schedule their own task (at once or delayed) or try to
+ * re-schedule a periodic task (UV_EBUSY).
  * Checked as it runs:
  *
  *   - every accepted task is handed back exactly once, with 0 only after
  *     its run and UV_ECANCELED only without one (periodic: always
  *     UV_ECANCELED); a rejected schedule is never handed back;
- *   - per producer and worker, tasks and posts scheduled at once run in
- *     the order of their schedule calls;
+ *   - per producer and serial worker, tasks and posts scheduled at once
+ *     run in the order of their schedule calls, and their done_cb(..., 0)
+ *     come in that order too;
+ *   - per producer, wide worker and key, tasks scheduled at once run, and
+ *     their done_cb(..., 0) come, in the order of their schedule calls
+ *     (tasks without a key and posts on a wide worker: not checked for
+ *     order);
  *   - a close with UVS_CANCEL (of the worker or of its scheduler) does not
  *     skip a task: once it has handed back an ordered task of a producer
  *     that nobody cancelled, no later task or post of that producer has run
  *     on that worker (checked in the close callback, when all have ended);
- *   - never two run callbacks of one worker at once, each on the right
- *     thread (pool or loop);
+ *     on a wide worker the same per producer and key;
+ *   - never two run callbacks of one serial worker at once, never more than
+ *     4 of a wide one, never two of one key of a wide one, each on the
+ *     right thread (pool or loop); the run callbacks of one key hand over
+ *     to each other without a data race (TSan sees their plain writes);
  *   - nothing early: a delayed task not before t_call + delay, periodic
  *     run k not before grid point k;
  *   - cancel answers 0 or UV_EBUSY for a task in custody, UV_EBUSY for one
@@ -47,8 +60,11 @@
 #include <unistd.h>
 
 #define NSCHED 2
-#define NSLOT 4 /* per scheduler: 0 and 1 pool, 2 and 3 loop */
+#define NSLOT 5 /* per scheduler: 0 and 1 pool, 2 and 3 loop, 4 wide */
 #define NSLOTS (NSCHED * NSLOT)
+#define WIDE_SLOT 4 /* a width-4 pool worker */
+#define WIDTH 4
+#define NKEY 9 /* key index 0: no key; 1..8: keys */
 #define NFOREIGN 3
 #define NPROD (NFOREIGN + 1) /* producer NFOREIGN is the loop thread */
 #define LOOP_PROD NFOREIGN
@@ -56,6 +72,20 @@
 #define MAX_PERIODIC 6
 #define POST_PENDING_MAX 20000
 #define LOOP_OPS 24 /* per 1 ms timer tick */
+
+/* The keys behind the key indexes: exact 64-bit values, so 1 and 2 each
+ * have a twin that differs only above bit 31, and the extremes. */
+static const uint64_t key_values[NKEY] = {
+    0,
+    1,
+    2,
+    ((uint64_t) 1 << 32) | 1,
+    ((uint64_t) 1 << 32) | 2,
+    0x9e3779b97f4a7c15ull,
+    0x8000000000000001ull,
+    UINT64_MAX - 1,
+    UINT64_MAX,
+};
 
 /* slot phases */
 enum { S_OPEN, S_CLAIMED, S_CLOSING, S_CLOSED, S_INIT, S_SCHED_CLOSED };
@@ -70,6 +100,7 @@ typedef struct {
   atomic_int inflight; /* run callbacks executing */
   int sched;
   uvs_where_t where;
+  int width;            /* 1: serial; WIDTH: wide, checked per key */
   long last_seq[NPROD]; /* by run callbacks, one at a time */
   long next_seq[NPROD]; /* by producer p only */
   uint64_t closed_at;   /* ms, set before phase becomes S_CLOSED */
@@ -77,6 +108,18 @@ typedef struct {
    * close handed back in this incarnation of the worker; LONG_MAX if none. */
   long close_cut[NPROD];
   atomic_long closes;
+  /* Loop thread: per producer and key index, the seq of the last ordered
+   * task handed back with 0 (a serial worker uses key index 0 for all). */
+  long done_seq[NPROD][NKEY];
+  /* Wide only. Run callbacks executing per key index; per producer and
+   * key, the last ordered seq run (plain: the runs of one key are one at a
+   * time, each happens-before the next) and, as close_cut, the lowest
+   * seq a close handed back. */
+  atomic_int key_inflight[NKEY];
+  long key_last_seq[NPROD][NKEY];
+  long key_close_cut[NPROD][NKEY];
+  atomic_int inflight_max;
+  atomic_long keyed_runs;
 } slot_t;
 
 typedef struct {
@@ -84,6 +127,7 @@ typedef struct {
   int owner;
   atomic_int state;
   int slot;
+  int kidx;  /* key index, set with the key before each schedule */
   int kind;  /* may change in run_cb (a re-schedule) */
   int pkind; /* the kind its owner scheduled: the owner's alone */
   long seq;  /* -1: not ordered */
@@ -191,22 +235,49 @@ static long rss_kb(void) {
 
 /* ---- callbacks ---------------------------------------------------------- */
 
-static void enter_run(slot_t* sl) {
-  ASSERT_EQ(atomic_fetch_add(&sl->inflight, 1), 0);
+static void enter_run(slot_t* sl, int kidx) {
+  int n;
+  int m;
+
+  if (sl->width == 1) {
+    ASSERT_EQ(atomic_fetch_add(&sl->inflight, 1), 0);
+  } else {
+    n = atomic_fetch_add(&sl->inflight, 1) + 1;
+    ASSERT_LE(n, sl->width);
+    m = atomic_load(&sl->inflight_max);
+    while (n > m && !atomic_compare_exchange_weak(&sl->inflight_max, &m, n)) {
+    }
+    if (kidx != 0) {
+      ASSERT_EQ(atomic_fetch_add(&sl->key_inflight[kidx], 1), 0);
+      atomic_fetch_add(&sl->keyed_runs, 1);
+    }
+  }
   ASSERT_EQ(on_loop_thread(), sl->where == UVS_LOOP);
 }
 
 
-static void leave_run(slot_t* sl) {
-  ASSERT_EQ(atomic_fetch_sub(&sl->inflight, 1), 1);
+static void leave_run(slot_t* sl, int kidx) {
+  if (sl->width == 1) {
+    ASSERT_EQ(atomic_fetch_sub(&sl->inflight, 1), 1);
+    return;
+  }
+  if (kidx != 0)
+    ASSERT_EQ(atomic_fetch_sub(&sl->key_inflight[kidx], 1), 1);
+  ASSERT_GE(atomic_fetch_sub(&sl->inflight, 1), 1);
 }
 
 
-static void check_order(slot_t* sl, int owner, long seq) {
+static void check_order(slot_t* sl, int owner, long seq, int kidx) {
   if (seq < 0)
     return;
-  ASSERT_GT(seq, sl->last_seq[owner]);
-  sl->last_seq[owner] = seq;
+  if (sl->width == 1) {
+    ASSERT_GT(seq, sl->last_seq[owner]);
+    sl->last_seq[owner] = seq;
+  } else if (kidx != 0) {
+    /* Wide: per key; tasks without a key have no order to check here. */
+    ASSERT_GT(seq, sl->key_last_seq[owner][kidx]);
+    sl->key_last_seq[owner][kidx] = seq;
+  }
 }
 
 
@@ -219,8 +290,8 @@ static void run_cb(uvs_task_t* task) {
 
   t = TEST_CONTAINER_OF(task, stask_t, task);
   sl = &slots[t->slot];
-  enter_run(sl);
-  check_order(sl, t->owner, t->seq);
+  enter_run(sl, t->kidx);
+  check_order(sl, t->owner, t->seq, t->kidx);
   now = uv_hrtime();
   if (t->kind == K_AFTER)
     ASSERT_UINT64_GE(now, t->t_call + t->delay * 1000000u);
@@ -264,7 +335,7 @@ static void run_cb(uvs_task_t* task) {
     }
   }
   atomic_fetch_add(&task_runs, 1);
-  leave_run(sl);
+  leave_run(sl, t->kidx);
 }
 
 
@@ -275,14 +346,28 @@ static void done_cb(uvs_task_t* task, int status) {
 
   ASSERT(on_loop_thread());
   t = TEST_CONTAINER_OF(task, stask_t, task);
+  sl = &slots[t->slot];
   /* An ordered task that never ran and that nobody cancelled: a close
    * handed it back, so nothing its producer scheduled after it may run on
-   * this worker (see check_close_prefix). */
+   * this worker (see check_close_prefix); on a wide worker, nothing of
+   * its key. */
   if (status == UV_ECANCELED && t->kind == K_NOW && t->seq >= 0 &&
       !atomic_load(&t->cancel_tried)) {
-    sl = &slots[t->slot];
-    if (t->seq < sl->close_cut[t->owner])
-      sl->close_cut[t->owner] = t->seq;
+    if (sl->width == 1) {
+      if (t->seq < sl->close_cut[t->owner])
+        sl->close_cut[t->owner] = t->seq;
+    } else if (t->kidx != 0) {
+      if (t->seq < sl->key_close_cut[t->owner][t->kidx])
+        sl->key_close_cut[t->owner][t->kidx] = t->seq;
+    }
+  }
+  /* done_cb(..., 0) in run order: per producer on a serial worker, per
+   * producer and key on a wide one. */
+  if (status == 0 && t->kind == K_NOW && t->seq >= 0 &&
+      (sl->width == 1 || t->kidx != 0)) {
+    int k = sl->width == 1 ? 0 : t->kidx;
+    ASSERT_GT(t->seq, sl->done_seq[t->owner][k]);
+    sl->done_seq[t->owner][k] = t->seq;
   }
   if (t->kind == K_EVERY) {
     ASSERT_ERR(status, UV_ECANCELED);
@@ -317,10 +402,10 @@ static void post_fn(void* arg) {
   owner = (int) (v & 0xff);
   sl = &slots[(v >> 8) & 0xff];
   seq = (long) (v >> 16);
-  enter_run(sl);
-  check_order(sl, owner, seq);
+  enter_run(sl, 0);
+  check_order(sl, owner, seq, 0);
   atomic_fetch_add(&post_runs, 1);
-  leave_run(sl);
+  leave_run(sl, 0);
 }
 
 
@@ -329,8 +414,19 @@ static void post_fn(void* arg) {
  * the first ordered task that the close handed back. */
 static void check_close_prefix(slot_t* sl) {
   int i;
+  int k;
 
   for (i = 0; i < NPROD; i++) {
+    for (k = 1; k < NKEY; k++) {
+      if (sl->key_close_cut[i][k] != LONG_MAX &&
+          sl->key_last_seq[i][k] > sl->key_close_cut[i][k])
+        test_failed(__FILE__, __LINE__,
+                    "slot %d, producer %d, key %d: seq %ld ran after a close "
+                    "handed back seq %ld",
+                    (int) (sl - slots), i, k, sl->key_last_seq[i][k],
+                    sl->key_close_cut[i][k]);
+      sl->key_close_cut[i][k] = LONG_MAX;
+    }
     if (sl->close_cut[i] != LONG_MAX && sl->last_seq[i] > sl->close_cut[i])
       test_failed(__FILE__, __LINE__,
                   "slot %d, producer %d: seq %ld ran after a close handed "
@@ -430,6 +526,10 @@ static void op_schedule(producer_t* p, int pi, int kind) {
   r = rnd(p);
   t->slot = (int) (r % NSLOTS);
   sl = &slots[t->slot];
+  /* A key on every worker: on a serial one it changes nothing. */
+  t->kidx = (int) (rnd(p) % 10);
+  t->kidx = t->kidx < NKEY - 1 ? t->kidx + 1 : 0;
+  ASSERT_OK(uvs_task_set_key(&t->task, key_values[t->kidx]));
   uv_rwlock_rdlock(&sl->lock);
   phase =
       atomic_load(&scheds_closing) ? S_SCHED_CLOSED : atomic_load(&sl->phase);
@@ -574,6 +674,21 @@ static void op_close(producer_t* p) {
 }
 
 
+/* A serial worker with uvs_worker_init; a wide one with
+ * uvs_worker_init_ex, with or without metrics (another path through the
+ * lanes). */
+static int init_worker(slot_t* sl, int metrics) {
+  uvs_worker_options_t o;
+
+  if (sl->width == 1)
+    return uvs_worker_init(&scheds[sl->sched], &sl->worker, sl->where);
+  memset(&o, 0, sizeof(o));
+  o.width = (unsigned) sl->width;
+  o.metrics = metrics;
+  return uvs_worker_init_ex(&scheds[sl->sched], &sl->worker, sl->where, &o);
+}
+
+
 static void op_recreate(producer_t* p) {
   slot_t* sl;
   int phase;
@@ -586,7 +701,7 @@ static void op_recreate(producer_t* p) {
   phase = S_CLOSED;
   if (atomic_compare_exchange_strong(&sl->phase, &phase, S_INIT)) {
     int closing = atomic_load(&scheds_closing);
-    int err = uvs_worker_init(&scheds[sl->sched], &sl->worker, sl->where);
+    int err = init_worker(sl, (int) (rnd(p) & 1));
     if (closing)
       ASSERT_ERR(err, UV_ESHUTDOWN);
     else if (err != 0)
@@ -770,6 +885,18 @@ static void final_checks(void) {
         atomic_load(&task_runs), atomic_load(&post_runs), task_accepts,
         atomic_load(&self_accepts), post_accepts, cancels, dones_ok,
         dones_cancelled, dropped, closes, shut);
+    /* How wide the wide workers ran: runs of keyed tasks, and the most
+     * run callbacks seen at once (4 unless the pool was busy elsewhere;
+     * scheduler 1's max_concurrency 2 caps its own). */
+    for (i = 0; i < NSLOTS; i++) {
+      if (slots[i].width == 1)
+        continue;
+      printf(
+          "# wide slot %d (scheduler %d): %ld keyed runs, at most %d at "
+          "once\n",
+          i, slots[i].sched, atomic_load(&slots[i].keyed_runs),
+          atomic_load(&slots[i].inflight_max));
+    }
   }
 }
 
@@ -786,6 +913,7 @@ int main(int argc, char** argv) {
   double seconds;
   int i;
   int j;
+  int k;
 
   seconds = 3;
   seed = (unsigned long) uv_hrtime();
@@ -806,6 +934,9 @@ int main(int argc, char** argv) {
   printf("1..1\n# seed %lu, %.0f s%s\n", seed, seconds, soak ? ", soak" : "");
   fflush(stdout);
 
+  /* Room in libuv's pool for a wide worker's 4 lanes besides the serial
+   * pool workers' drains (unless the environment says otherwise). */
+  ASSERT_OK(setenv("UV_THREADPOOL_SIZE", "8", 0));
   memset(opts, 0, sizeof(opts));
   opts[1].budget = 7;
   opts[1].max_concurrency = 2;
@@ -819,13 +950,19 @@ int main(int argc, char** argv) {
   for (i = 0; i < NSLOTS; i++) {
     slot_t* sl = &slots[i];
     sl->sched = i / NSLOT;
-    sl->where = i % NSLOT < 2 ? UVS_POOL : UVS_LOOP;
+    sl->where = i % NSLOT < 2 || i % NSLOT == WIDE_SLOT ? UVS_POOL : UVS_LOOP;
+    sl->width = i % NSLOT == WIDE_SLOT ? WIDTH : 1;
     ASSERT_OK(uv_rwlock_init(&sl->lock));
     for (j = 0; j < NPROD; j++) {
       sl->last_seq[j] = -1;
       sl->close_cut[j] = LONG_MAX;
+      for (k = 0; k < NKEY; k++) {
+        sl->done_seq[j][k] = -1;
+        sl->key_last_seq[j][k] = -1;
+        sl->key_close_cut[j][k] = LONG_MAX;
+      }
     }
-    ASSERT_OK(uvs_worker_init(&scheds[sl->sched], &sl->worker, sl->where));
+    ASSERT_OK(init_worker(sl, i & 1));
   }
   for (i = 0; i < NPROD; i++) {
     prods[i].rng = seed * 0x9e3779b97f4a7c15ull + (uint64_t) i * 7919 + 1;

@@ -487,3 +487,70 @@ TEST_IMPL(keys_width_idle_keys_cost_nothing) {
   TEST_CLOSE_SCHED_AND_LOOP(&loop, &sched, UVS_CANCEL);
   return 0;
 }
+
+
+/* A keyed task that schedules itself again from its own run_cb and then
+ * cancels that new custody (issue 13's stress run found it): the cancel
+ * must let go only of what the queued instance holds. The running
+ * instance still holds its key until its run ends; the queued one holds
+ * nothing yet. Then the key still works: a later task of it runs, and the
+ * worker ends with no key left (metrics, and ASan at the close). */
+static int requeue_cancel_rc = 1;
+
+static void requeue_cancel_run(uvs_task_t* task) {
+  item_t* it;
+
+  it = TEST_CONTAINER_OF(task, item_t, task);
+  enter(it);
+  if (it->id == 0) {
+    ASSERT_OK(uvs_schedule(&worker, task));
+    /* Queued in a new custody: it will not run again. */
+    requeue_cancel_rc = uvs_task_cancel(task);
+  }
+  leave(it);
+}
+
+
+static void requeue_cancel_done(uvs_task_t* task, int status) {
+  item_t* it;
+
+  ASSERT(test_on_thread(loop_thread));
+  it = TEST_CONTAINER_OF(task, item_t, task);
+  it->status = status;
+  it->done_calls++;
+  ASSERT_EQ(it->done_calls, 1);
+  ndone++;
+}
+
+
+TEST_IMPL(keys_width_requeue_self_then_cancel) {
+  uvs_worker_metrics_t m;
+
+  setup_width(UVS_POOL, 2);
+  check_window = 0;
+  add_items(1, key_one, requeue_cancel_run);
+  ASSERT_OK(
+      uvs_task_init(&items[0].task, requeue_cancel_run, requeue_cancel_done));
+  ASSERT_OK(uvs_schedule(&worker, &items[0].task));
+  ASSERT_OK(uv_run(&loop, UV_RUN_DEFAULT));
+  ASSERT_OK(requeue_cancel_rc);
+  ASSERT_EQ(ndone, 1);
+  ASSERT_ERR(items[0].status, UV_ECANCELED);
+  /* The key again, with a task behind it. */
+  add_items(2, key_one, requeue_cancel_run);
+  ASSERT_OK(
+      uvs_task_init(&items[1].task, requeue_cancel_run, requeue_cancel_done));
+  ASSERT_OK(
+      uvs_task_init(&items[2].task, requeue_cancel_run, requeue_cancel_done));
+  ASSERT_OK(uvs_schedule(&worker, &items[1].task));
+  ASSERT_OK(uvs_schedule(&worker, &items[2].task));
+  ASSERT_OK(uv_run(&loop, UV_RUN_DEFAULT));
+  ASSERT_EQ(ndone, 3);
+  ASSERT_OK(items[1].status);
+  ASSERT_OK(items[2].status);
+  ASSERT_OK(uvs_worker_metrics(&worker, &m));
+  ASSERT_UINT64_EQ(m.queued, 0);
+  ASSERT_UINT64_EQ(m.running, 0);
+  TEST_CLOSE_SCHED_AND_LOOP(&loop, &sched, UVS_CANCEL);
+  return 0;
+}

@@ -16,6 +16,16 @@
  * custody, the stats agree with the callbacks, and uv_loop_close()
  * returns 0. Workers 0 and 1 are loop workers (deterministic); worker 2 is
  * a pool worker, where only what does not depend on timing is predicted.
+ *
+ * Worker 3 is a pool worker of width 2 (uvs_worker_init_ex). Schedules may
+ * set the task's key first (uvs_task_set_key: no key, 1, 2, or 1 + 2^32,
+ * which equals 1 in its low 32 bits); the code it answers is predicted (0,
+ * or UV_EBUSY while the library has the task), and the key stays with the
+ * task, through uvs_task_init too (docs/options.rst). On worker 3 the model
+ * checks, besides what it checks on worker 2: never more than 2 runs at
+ * once, never two of one key; per key, tasks scheduled at once run, and
+ * their done_cb(..., 0) come, in schedule order. On the serial workers a
+ * key changes nothing, and their checks stay as they were.
  */
 
 #include "uvsched.h"
@@ -25,7 +35,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define NSLOT 3
+#define NSLOT 4
+#define WIDE 3  /* the slot of the wide pool worker */
+#define WIDTH 2 /* its width */
+#define NKEY 4  /* key indexes: 0 = no key, 1..3 */
 #define NTASK 8
 #define MAX_MS ((uint64_t) 1 << 40)
 
@@ -60,10 +73,15 @@ enum { T_IDLE, T_QUEUED, T_DELAYED, T_PERIODIC, T_CANCELLED, T_FINISHED };
 typedef struct {
   uvs_worker_t w;
   int state;
-  int ran_active; /* a run of this worker is executing */
+  int ran_active; /* runs of this worker executing (at most 1 unless WIDE) */
   long last_seq;
   long next_seq;
   int close_cbs;
+  /* WIDE: per key index, runs executing, the seq of the last ordered run
+   * and of the last ordered done_cb(..., 0). */
+  int key_active[NKEY];
+  long key_last_seq[NKEY];
+  long key_done_seq[NKEY];
 } slot_t;
 
 typedef struct {
@@ -71,6 +89,7 @@ typedef struct {
   int state;
   int has_done;
   int slot;
+  int kidx;            /* its key's index, as the library has it */
   long seq;            /* -1: not checked for order */
   uint64_t not_before; /* ns */
   uint64_t period;
@@ -103,6 +122,8 @@ static long posts_accepted;
 static long posts_ran;
 static uvs_stats_t final_stats;
 
+static const uint64_t key_values[NKEY] = {0, 1, 2, ((uint64_t) 1 << 32) | 1};
+
 static const char* rc_name(int rc) {
   return rc == 0 ? "0" : uv_err_name(rc);
 }
@@ -121,6 +142,13 @@ static int slot_of(uvs_worker_t* w) {
 }
 
 
+/* Workers 2 and 3 run on the pool: only what does not depend on timing is
+ * predicted for them. */
+static int is_pool(int s) {
+  return s >= 2;
+}
+
+
 static int in_custody(const ftask_t* t) {
   return t->state == T_QUEUED || t->state == T_DELAYED ||
          t->state == T_PERIODIC || t->state == T_CANCELLED;
@@ -135,21 +163,40 @@ static void model_close(int s, uvs_close_how_t how);
 static void run_cb(uvs_task_t* task) {
   ftask_t* t;
   slot_t* sl;
+  uint64_t until;
+  int kidx;
+  int slow;
   int err;
 
   t = (ftask_t*) task;
   uv_mutex_lock(&model_lock);
   sl = &slots[t->slot];
+  /* A done-less task is the user's again once this run is entered: its
+   * key may be set anew meanwhile, so it is read now. */
+  kidx = t->kidx;
+  /* Behaviour 1 on the wide worker: a run of 100 us, so that runs meet. */
+  slow = t->slot == WIDE && t->behaviour == 1;
   CHECK(sl->state == W_OPEN || sl->state == W_CLOSING ||
         sl->state == W_SCLOSING || sl->state == W_QCLOSING);
-  CHECK(on_loop() == (t->slot != 2));
-  CHECK(!sl->ran_active);
-  sl->ran_active = 1;
+  CHECK(on_loop() == !is_pool(t->slot));
+  if (t->slot == WIDE) {
+    CHECK(sl->ran_active < WIDTH);
+    if (kidx != 0) {
+      CHECK(sl->key_active[kidx] == 0);
+      sl->key_active[kidx] = 1;
+    }
+  } else {
+    CHECK(!sl->ran_active);
+  }
+  sl->ran_active++;
   CHECK(t->state == T_QUEUED || t->state == T_DELAYED ||
         t->state == T_PERIODIC ||
-        (t->slot == 2 && t->state == T_CANCELLED && t->periodic_cancelled));
+        (is_pool(t->slot) && t->state == T_CANCELLED && t->periodic_cancelled));
   CHECK(uv_hrtime() >= t->not_before);
-  if (t->seq >= 0) {
+  if (t->seq >= 0 && t->slot == WIDE) {
+    CHECK(t->seq > sl->key_last_seq[kidx]);
+    sl->key_last_seq[kidx] = t->seq;
+  } else if (t->seq >= 0) {
     CHECK(t->seq > sl->last_seq);
     sl->last_seq = t->seq;
   }
@@ -167,8 +214,13 @@ static void run_cb(uvs_task_t* task) {
   }
   uv_mutex_unlock(&model_lock);
 
+  if (slow) {
+    until = uv_hrtime() + 100000;
+    while (uv_hrtime() < until) {
+    }
+  }
   /* Loop workers only: these change the model, which must not race. */
-  if (t->slot == 2 || !t->has_done)
+  if (is_pool(t->slot) || !t->has_done)
     goto out;
   if (t->behaviour == 1 && t->state == T_QUEUED) {
     /* Again from its own run_cb, once. */
@@ -202,7 +254,9 @@ static void run_cb(uvs_task_t* task) {
   }
 out:
   uv_mutex_lock(&model_lock);
-  sl->ran_active = 0;
+  sl->ran_active--;
+  if (sl == &slots[WIDE] && kidx != 0)
+    sl->key_active[kidx]--;
   uv_mutex_unlock(&model_lock);
 }
 
@@ -219,6 +273,11 @@ static void done_cb(uvs_task_t* task, int status) {
   } else if (status == 0) {
     CHECK(t->runs == 1);
     CHECK(t->state == T_QUEUED || t->state == T_DELAYED);
+    if (t->slot == WIDE && t->seq >= 0) {
+      /* Per key, in schedule order. */
+      CHECK(t->seq > slots[WIDE].key_done_seq[t->kidx]);
+      slots[WIDE].key_done_seq[t->kidx] = t->seq;
+    }
   } else {
     CHECK_RC(status, UV_ECANCELED);
     CHECK(t->runs == 0);
@@ -236,8 +295,11 @@ static void post_fn(void* arg) {
 
   sl = arg;
   uv_mutex_lock(&model_lock);
-  CHECK(on_loop() == (sl != &slots[2]));
-  CHECK(!sl->ran_active);
+  CHECK(on_loop() == !is_pool(slot_of(&sl->w)));
+  if (sl == &slots[WIDE])
+    CHECK(sl->ran_active < WIDTH);
+  else
+    CHECK(!sl->ran_active);
   posts_ran++;
   uv_mutex_unlock(&model_lock);
 }
@@ -307,7 +369,7 @@ static void model_close(int s, uvs_close_how_t how) {
     if (how == UVS_CANCEL) {
       /* Everything not started is handed back; a pool task may be
        * running. */
-      if (s == 2)
+      if (is_pool(s))
         t->close_hit = 1;
       else
         t->state = T_CANCELLED;
@@ -383,11 +445,14 @@ static void model_accept(ftask_t* t,
   /* A done-less task on the pool worker is released when its run_cb is
    * entered, on a pool thread, a moment before run_cb tells the model:
    * until then whether the library still has it is unknown here. */
-  t->limbo = s == 2 && !t->has_done;
+  t->limbo = is_pool(s) && !t->has_done;
   t->periodic_cancelled = 0;
   t->period = period;
   t->behaviour = (int) behaviour;
-  t->seq = (state == T_QUEUED && s != 2) ? slots[s].next_seq++ : -1;
+  /* Order is checked on the loop workers, and per key on the wide one. */
+  t->seq = state == T_QUEUED && (!is_pool(s) || (s == WIDE && t->kidx != 0))
+               ? slots[s].next_seq++
+               : -1;
   if (state == T_QUEUED)
     t->not_before = 0;
   else
@@ -395,6 +460,24 @@ static void model_accept(ftask_t* t,
   uv_mutex_unlock(&model_lock);
   accepted++;
   custodies++;
+}
+
+
+/* uvs_task_set_key: 0 on a task the library does not hold, UV_EBUSY on
+ * one it does (until its done_cb). Not on a done-less task whose custody
+ * is unknown just now. */
+static void op_set_key(ftask_t* t, int kidx) {
+  int err;
+
+  if (t->limbo && in_custody(t))
+    return;
+  err = uvs_task_set_key(&t->t, key_values[kidx]);
+  if (in_custody(t)) {
+    CHECK_RC(err, UV_EBUSY);
+  } else {
+    CHECK_RC(err, 0);
+    t->kidx = kidx;
+  }
 }
 
 
@@ -413,6 +496,8 @@ static void op_schedule(input_t* in, int kind) {
   b = take(in);
   s = (int) (a % NSLOT);
   t = &tasks[(a >> 2) % NTASK];
+  if (a & 0x20)
+    op_set_key(t, (int) (a >> 6));
   delay = kind == 0 ? 0 : delay_of(b);
   period = kind == 2 ? ((b >> 3) & 3) : 0;
   if (kind == 2 && period == 3)
@@ -473,7 +558,7 @@ static void op_cancel(input_t* in) {
     CHECK_RC(err, 0);
     t->state = T_CANCELLED;
     t->periodic_cancelled = 1;
-  } else if (t->slot == 2 && err != 0) {
+  } else if (is_pool(t->slot) && err != 0) {
     /* A pool drain took it already (a delayed one fell due first). */
     CHECK_RC(err, UV_EBUSY);
     t->cancel_busy = 1;
@@ -514,12 +599,26 @@ static void op_worker(input_t* in) {
   sl = &slots[a % NSLOT];
   if (sl->state == W_FREE || sl->state == W_CLOSED) {
     /* The memory is ours: (re)initialise it. */
-    err =
-        uvs_worker_init(&sched, &sl->w, sl == &slots[2] ? UVS_POOL : UVS_LOOP);
+    if (sl == &slots[WIDE]) {
+      uvs_worker_options_t o;
+
+      memset(&o, 0, sizeof(o));
+      o.width = WIDTH;
+      err = uvs_worker_init_ex(&sched, &sl->w, UVS_POOL, &o);
+    } else {
+      err = uvs_worker_init(&sched, &sl->w,
+                            is_pool(slot_of(&sl->w)) ? UVS_POOL : UVS_LOOP);
+    }
     CHECK_RC(err, sched_state == S_OPEN ? 0 : UV_ESHUTDOWN);
     if (err == 0) {
+      int k;
+
       sl->state = W_OPEN;
       sl->last_seq = -1;
+      for (k = 0; k < NKEY; k++) {
+        sl->key_last_seq[k] = -1;
+        sl->key_done_seq[k] = -1;
+      }
     }
     return;
   }
