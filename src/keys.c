@@ -27,6 +27,7 @@ struct uvs__kent_s {
   struct uvs__kent_s* next; /* hash chain, or free list */
   uint64_t key;
   uvs_task_t* head; /* in kready or running */
+  int taken;        /* head is in a lane (picked), not in kready */
   uvs__queue_t q;   /* the key's tasks behind head, through their node */
 };
 
@@ -205,6 +206,7 @@ static void ent_del(uvs__keys_t* k, uvs__kent_t* e) {
  * a lane finds it without a lookup. */
 static void set_head(uvs__kent_t* e, uvs_task_t* t) {
   e->head = t;
+  e->taken = 0;
   t->tnode.next = (uvs__queue_t*) e;
 }
 
@@ -248,12 +250,18 @@ uvs_task_t* uvs__keys_pick(uvs_worker_t* w, uvs__kent_t** ent) {
   if (q == NULL)
     return NULL;
   t = uvs__container_of(q, uvs_task_t, node);
-  *ent = t->key != 0 ? (uvs__kent_t*) t->tnode.next : NULL;
+  *ent = NULL;
+  if (t->key != 0) {
+    *ent = (uvs__kent_t*) t->tnode.next;
+    (*ent)->taken = 1;
+  }
   return t;
 }
 
 
 void uvs__keys_unpick(uvs_worker_t* w, uvs_task_t* t) {
+  if (t->key != 0)
+    ((uvs__kent_t*) t->tnode.next)->taken = 0;
   uvs__queue_unshift(&w->kready, &t->node);
 }
 
@@ -276,8 +284,13 @@ void uvs__keys_unlinked(uvs_worker_t* w, uvs_task_t* t) {
 
   if (t->key == 0)
     return;
+  /* The key's next task leaves: in kready, or in a lane's slot a cancel
+   * tombstoned (its link tagged with the slot). A head a lane took is the
+   * lane's to release, even when the same task, scheduled again from its
+   * run_cb or done_cb, is what leaves now from behind it. */
   e = lookup(w->keys, t->key);
-  if (e != NULL && e->head == t)
+  if (e != NULL && e->head == t &&
+      (!e->taken || ((uintptr_t) t->node.prev & 1)))
     uvs__keys_release(w, e);
 }
 
