@@ -276,6 +276,13 @@ def test_fairness(binary, opts=(), report=None, victims=5):
     server = Server(binary, "pool", threads=2, extra=list(opts))
     socks = []
     try:
+        # One heavy request alone first: under a sanitizer or on a slow
+        # machine it takes many times longer, and so may a fair wait. The
+        # bound stays far below what starvation costs (the 160 heavy
+        # requests queued ahead of the light one, on 2 threads).
+        r, heavy = timed_get(server, "/work?n=%d&id=alone" % HEAVY_ROUNDS, 60)
+        check(r[0] == 200, "heavy alone: %r" % (r,))
+        bound = max(FAIR_BOUND_S, 8 * heavy)
         for k in range(4):
             heavy_pipeline(server, k, 40, HEAVY_ROUNDS, socks)
         time.sleep(0.5)  # Every heavy connection has work queued.
@@ -289,17 +296,16 @@ def test_fairness(binary, opts=(), report=None, victims=5):
             time.sleep(0.2)
         worst_work = max(w for w, _ in lat)
         worst_health = max(h for _, h in lat)
-        print("fairness: 4 x 40 pipelined /work?n=%d on 2 threads; light "
-              "/work n=1: worst %.3f s, /health: worst %.3f s (bound %.1f s)"
-              % (HEAVY_ROUNDS, worst_work, worst_health, FAIR_BOUND_S))
+        print("fairness: 4 x 40 pipelined /work?n=%d on 2 threads (one "
+              "alone: %.3f s); light /work n=1: worst %.3f s, /health: "
+              "worst %.3f s (bound %.1f s)"
+              % (HEAVY_ROUNDS, heavy, worst_work, worst_health, bound))
         if report is not None:
             report.update(work=[w for w, _ in lat],
                           health=[h for _, h in lat])
             return 0
-        check(worst_work < FAIR_BOUND_S, "light /work waited %.2f s" %
-              worst_work)
-        check(worst_health < FAIR_BOUND_S, "/health waited %.2f s" %
-              worst_health)
+        check(worst_work < bound, "light /work waited %.2f s" % worst_work)
+        check(worst_health < bound, "/health waited %.2f s" % worst_health)
     finally:
         for s in socks:
             s.close()  # Their queued work is cancelled.
