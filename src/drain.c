@@ -540,3 +540,38 @@ void uvs__run_ready(uvs_sched_t* s, uvs_worker_t* first) {
   }
   uv_mutex_unlock(&s->lock);
 }
+
+
+void uvs__loop_turn(uvs_sched_t* s) {
+  uvs__queue_t turns;
+  uvs__queue_t* q;
+  uvs_worker_t* w;
+  slice_t sl;
+
+  /* Each loop worker ready now gets one turn: of at most budget tasks,
+   * or with the default budget a share of one slice for the whole loop
+   * turn, so that the loop polls for I/O a slice after it began however
+   * many loop workers are ready. Workers the slice leaves out go first
+   * next time; work that arrives meanwhile waits for the next iteration. */
+  sl.end_ns = 0;
+  if (s->budget == 0)
+    slice_start(&sl);
+  uvs__queue_init(&turns);
+  uv_mutex_lock(&s->lock);
+  uvs__queue_move(&s->loop_ready, &turns);
+  while ((q = uvs__queue_shift(&turns)) != NULL) {
+    w = uvs__container_of(q, uvs_worker_t, ready_node);
+    w->phase = UVS__P_POSTED;
+    uv_mutex_unlock(&s->lock);
+    turn(w, NULL, s->budget == 0 ? &sl : NULL, s->budget);
+    uv_mutex_lock(&s->lock);
+    uvs__turn_ended(w);
+    if (s->budget == 0 && slice_over(&sl)) {
+      /* The ones left out, ahead of any that became ready since. */
+      uvs__queue_move(&s->loop_ready, &turns);
+      uvs__queue_move(&turns, &s->loop_ready);
+      break;
+    }
+  }
+  uv_mutex_unlock(&s->lock);
+}

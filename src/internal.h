@@ -273,6 +273,9 @@ void uvs__drain(uvs_worker_t* worker, uvs__lane_t* lane);
  * pool worker that is ready, oldest first, until none is or its time
  * slice has passed. Pool thread, no lock held. */
 void uvs__run_ready(uvs_sched_t* sched, uvs_worker_t* first);
+/* A loop turn: one turn of each loop worker ready now, within one time
+ * slice for all (default budget) or budget tasks each. Loop thread. */
+void uvs__loop_turn(uvs_sched_t* sched);
 
 /* Is w closing with UVS_CANCEL? A drain asks after it took a task from its
  * slot and before it runs it. The close stores the flag before it sweeps

@@ -260,24 +260,7 @@ static void dispatch(uvs_sched_t* s) {
 
 
 static void run_loop_workers(uvs_sched_t* s) {
-  uvs__queue_t turn;
-  uvs__queue_t* q;
-  uvs_worker_t* w;
-
-  /* Each worker ready now gets one turn of at most budget tasks; work that
-   * arrives meanwhile waits for the next loop iteration, so I/O runs. */
-  uvs__queue_init(&turn);
-  uv_mutex_lock(&s->lock);
-  uvs__queue_move(&s->loop_ready, &turn);
-  while ((q = uvs__queue_shift(&turn)) != NULL) {
-    w = uvs__container_of(q, uvs_worker_t, ready_node);
-    w->phase = UVS__P_POSTED;
-    uv_mutex_unlock(&s->lock);
-    uvs__drain(w, NULL);
-    uv_mutex_lock(&s->lock);
-    uvs__turn_ended(w);
-  }
-  uv_mutex_unlock(&s->lock);
+  uvs__loop_turn(s);
 }
 
 

@@ -235,3 +235,29 @@ TEST_IMPL(slice_loop_read_between_long_tasks) {
   TEST_CLOSE_SCHED_AND_LOOP(&loop, &sched, UVS_CANCEL);
   return 0;
 }
+
+
+/* Several loop workers share one slice per loop turn: four workers with a
+ * task of 100 ms each, ready together, run one per loop iteration, so the
+ * loop polls for I/O between them (not four slices' worth of work first). */
+TEST_IMPL(slice_loop_workers_share_turn) {
+  uvs_worker_t workers[4];
+  int i;
+
+  sl_setup(UVS_LOOP);
+  ASSERT_OK(uv_check_init(&loop, &sl_check));
+  ASSERT_OK(uv_check_start(&sl_check, sl_check_cb));
+  uv_unref((uv_handle_t*) &sl_check);
+  for (i = 0; i < 4; i++) {
+    ASSERT_OK(uvs_worker_init(&sched, &workers[i], UVS_LOOP));
+    ASSERT_OK(uvs_task_init(&tasks[i], loop_long_run_cb, sl_done_cb));
+    ASSERT_OK(uvs_schedule(&workers[i], &tasks[i]));
+  }
+  ASSERT_OK(uv_run(&loop, UV_RUN_DEFAULT));
+  ASSERT_EQ(atomic_load(&sl_started), 4);
+  ASSERT_EQ(sl_done_calls, 4);
+  uv_close((uv_handle_t*) &sl_check, NULL);
+  sl_check_turns();
+  TEST_CLOSE_SCHED_AND_LOOP(&loop, &sched, UVS_CANCEL);
+  return 0;
+}
