@@ -53,7 +53,10 @@ static void async_cb(uv_async_t* handle) {
     s->stats.wakeups++;
     uv_mutex_unlock(&s->lock);
   }
-  process(s, 0);
+  /* Work handed over from another thread runs now, in this callback, as a
+   * mutex-and-uv_async bridge would run it: not one loop iteration later
+   * in the idle phase. The turn is bounded by the slice like any other. */
+  process(s, LOOP_TURN);
 }
 
 
