@@ -4,7 +4,8 @@
  * drains of the worker run at once, the worker is never listed as ready
  * twice, and when everything has stopped the worker is idle with nothing
  * queued. The script also checks that the model is not vacuous: with
- * -DBROKEN_NO_RECHECK (turn_ended() skips its second look at the inbox) or
+ * -DBROKEN_NO_RECHECK (uvs__turn_ended() skips its second look at the
+ * inbox) or
  * -DBROKEN_LOOK_FIRST (a producer reads the state before its push) spin must
  * find the lost task.
  *
@@ -19,7 +20,7 @@
  * explores sequentially consistent interleavings; the operations that
  * decide the hand-off are seq_cst in the C code (the exchange on the tail
  * and the load and CAS of worker->state in the producer; the store and CAS
- * of worker->state and the load of the tail in turn_ended()), which is
+ * of worker->state and the load of the tail in uvs__turn_ended()), which is
  * what makes that faithful. The release store of the link and the acquire
  * load in pop() carry the task's contents, not the decision, and are one
  * step each here. Kicks of the loop (uvs__kick() in src/loop.c) are not
@@ -45,17 +46,24 @@
  *   push(): state load, CAS, make  uvs__worker_push() in src/worker.c
  *   make_ready()                   uvs__worker_make_ready() in
  *                                  src/worker.c: phase = READY, listed once
- *   proctype Drain (one per `go`)  uvs__drain() in src/drain.c: batches
+ *   proctype Drain (one per `go`)  turn() in src/drain.c: batches
  *                                  under the lock via fill() in
  *                                  src/drain.c, uvs__inbox_take() in
  *                                  src/inbox.c (and pop() in src/inbox.c),
  *                                  runs them without it, stops on
  *                                  empty-for-now or budget
- *   Loop: dispatch                 dispatch() in src/loop.c and
- *                                  run_loop_workers() in src/loop.c:
- *                                  phase = POSTED, one drain posted
- *   Loop: after_drain              drain_work_done() in src/loop.c and
- *                                  turn_ended() in src/loop.c
+ *   Loop: dispatch                 dispatch() in src/loop.c (and a runner
+ *                                  taking the next ready worker,
+ *                                  uvs__run_ready() in src/drain.c), and
+ *                                  uvs__loop_turn() in src/drain.c:
+ *                                  phase = POSTED, one drain at a time
+ *   Loop: after_drain              uvs__turn_ended() in src/worker.c,
+ *                                  called under the lock by the runner
+ *                                  (uvs__run_ready()) or the loop turn
+ *                                  (uvs__loop_turn()) when a worker's turn
+ *                                  ends; which thread does it does not
+ *                                  matter to the hand-off, only the lock
+ *                                  and the seq_cst store and second look
  *   nonempty()                     uvs__inbox_nonempty() in src/inbox.c
  *   Loop: timer push               fire() in src/loop.c calling uvs__due()
  *                                  in src/worker.c, which calls
@@ -197,11 +205,11 @@ end:
         fi
      od;
      drains--;
-     finished = 1 /* libuv queues drain_work_done() for the loop thread */
+     finished = 1 /* the runner takes the lock to end the worker's turn */
   od
 }
 
-/* The loop thread: dispatches a ready worker, runs turn_ended() when a
+/* The loop thread: dispatches a ready worker, runs uvs__turn_ended() when a
  * drain returned, and pushes delayed tasks that fall due (lock held). */
 active proctype Loop() {
   bool ne;
@@ -224,7 +232,7 @@ end:
   :: finished ->
      finished = 0;
      acquire();
-     /* turn_ended() */
+     /* uvs__turn_ended() */
      phase = P_IDLE;
      nonempty(ne);
      if
