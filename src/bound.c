@@ -49,11 +49,8 @@ static uvs_task_t* take_oldest(uvs_worker_t* w) {
     return uvs__keys_take(w);
   }
   for (i = 0; i < w->batch_len; i++) {
-    t = __atomic_load_n(&w->batch[i], __ATOMIC_ACQUIRE);
-    if (t == UVS__SLOT_TAKEN || t == UVS__SLOT_TOMB)
-      continue;
-    if (__atomic_compare_exchange_n(&w->batch[i], &t, UVS__SLOT_TOMB, 0,
-                                    __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+    t = uvs__slot_steal(&w->batch[i]);
+    if (t != NULL)
       return t;
   }
   uvs__inbox_flush(w);

@@ -553,11 +553,15 @@ void uvs__loop_turn(uvs_sched_t* s) {
    * turn, so that the loop polls for I/O a slice after it began however
    * many loop workers are ready. Workers the slice leaves out go first
    * next time; work that arrives meanwhile waits for the next iteration. */
+  uvs__queue_init(&turns);
+  uv_mutex_lock(&s->lock);
+  if (uvs__queue_empty(&s->loop_ready)) {
+    uv_mutex_unlock(&s->lock);
+    return; /* most calls from the async callback: only pool work */
+  }
   sl.end_ns = 0;
   if (s->budget == 0)
     slice_start(&sl);
-  uvs__queue_init(&turns);
-  uv_mutex_lock(&s->lock);
   uvs__queue_move(&s->loop_ready, &turns);
   while ((q = uvs__queue_shift(&turns)) != NULL) {
     w = uvs__container_of(q, uvs_worker_t, ready_node);

@@ -100,6 +100,20 @@ uint64_t uvs__inbox_count(uvs_worker_t* worker);
 #define UVS__SLOT_TOMB ((uvs_task_t*) (uintptr_t) 2)
 #define UVS__BATCH 64
 
+/* Takes the task out of a batch slot its drain has not taken yet, leaving
+ * a tombstone; NULL if the drain (or a cancel) got there first. */
+static inline uvs_task_t* uvs__slot_steal(uvs_task_t** slot) {
+  uvs_task_t* t;
+
+  t = __atomic_load_n(slot, __ATOMIC_ACQUIRE);
+  if (t == UVS__SLOT_TAKEN || t == UVS__SLOT_TOMB)
+    return NULL;
+  if (!__atomic_compare_exchange_n(slot, &t, UVS__SLOT_TOMB, 0,
+                                   __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+    return NULL;
+  return t;
+}
+
 /* ---- task states ------------------------------------------------------- */
 /* task->state: written with CAS or release stores; read without the lock by
  * the schedule calls and uvs_task_cancel. */

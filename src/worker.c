@@ -116,16 +116,13 @@ static void sweep_batch(uvs_worker_t* w, uvs_task_t** batch, unsigned len) {
   unsigned i;
 
   for (i = 0; i < len; i++) {
-    t = __atomic_load_n(&batch[i], __ATOMIC_ACQUIRE);
-    if (t == UVS__SLOT_TAKEN || t == UVS__SLOT_TOMB)
+    t = uvs__slot_steal(&batch[i]);
+    if (t == NULL)
       continue;
-    if (__atomic_compare_exchange_n(&batch[i], &t, UVS__SLOT_TOMB, 0,
-                                    __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
-      if (w->keys != NULL)
-        uvs__keys_unlinked(w, t);
-      uvs__unqueued(w);
-      uvs__drop(w->sched, t, UV_ECANCELED);
-    }
+    if (w->keys != NULL)
+      uvs__keys_unlinked(w, t);
+    uvs__unqueued(w);
+    uvs__drop(w->sched, t, UV_ECANCELED);
   }
 }
 
