@@ -354,6 +354,7 @@ struct uvs__tls_s {
   uvs_task_t* current;
   int rescheduled;
   int draining; /* this thread runs a drain or a loop turn */
+  int pool;     /* this thread ran a runner or lane: a libuv pool thread */
 };
 extern UVS__TLS struct uvs__tls_s uvs__tls;
 /* Cancels in progress, process-wide (see uvs_task_cancel). */

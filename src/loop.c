@@ -143,6 +143,7 @@ static void lane_work(uv_work_t* req) {
   uvs__lane_t* lane;
 
   lane = uvs__container_of(req, uvs__lane_t, work);
+  uvs__tls.pool = 1;
   uvs__drain(lane->w, lane);
 }
 
@@ -151,6 +152,7 @@ static void runner_work(uv_work_t* req) {
   uvs_sched_t* s;
 
   s = req->data;
+  uvs__tls.pool = 1;
   uvs__run_ready(s, s->runner_first[req - s->runners]);
 }
 

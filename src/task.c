@@ -346,8 +346,9 @@ int uvs_schedule_wait(uvs_worker_t* w, uvs_task_t* t, uint64_t timeout_ms) {
   if (err != UV_EAGAIN || w->on_full != UVS_FULL_BLOCK)
     return err;
   /* Never block the thread that would make room: the loop's, or a pool
-   * thread running this library's tasks. */
-  if (uvs__is_thread(&w->thread) || uvs__tls.draining)
+   * thread. libuv can't say which threads are its pool's: one that ever
+   * ran a drain of this library is known to be one. */
+  if (uvs__is_thread(&w->thread) || uvs__tls.draining || uvs__tls.pool)
     return UV_EAGAIN;
 
   now = uv_hrtime();

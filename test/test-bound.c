@@ -733,6 +733,53 @@ TEST_IMPL(bound_block_pool_thread_eagain) {
 }
 
 
+/* A plain uv_queue_work callback on a pool thread that has run a uvsched
+ * drain before: uvs_schedule_wait answers UV_EAGAIN at once. With one pool
+ * thread, that callback holds it, so the full worker can't make room: a
+ * wait there would last until its timeout. */
+static uv_work_t plain_req;
+
+static void plain_work(uv_work_t* req) {
+  uint64_t t0;
+
+  (void) req;
+  t0 = uv_hrtime();
+  atomic_store(&wait_err, uvs_schedule_wait(&worker, &items[1].task, 5000));
+  atomic_store(&wait_ms, (uv_hrtime() - t0) / 1000000);
+}
+
+
+static void plain_done(uv_work_t* req, int status) {
+  (void) req;
+  ASSERT_OK(status);
+}
+
+
+TEST_IMPL(bound_block_plain_pool_work_eagain) {
+  ASSERT_OK(setenv("UV_THREADPOOL_SIZE", "1", 1));
+  setup(NULL);
+  init_items(2);
+  /* The one pool thread runs a uvsched drain first. */
+  ASSERT_OK(uvs_worker_init(&sched, &other, UVS_POOL));
+  ASSERT_OK(uvs_schedule(&other, &items[0].task));
+  ASSERT_OK(uv_run(&loop, UV_RUN_DEFAULT));
+  ASSERT_EQ(atomic_load(&nruns), 1);
+  /* Full: the blocker is queued, and libuv runs plain_work before the
+   * drain the loop posts for it. */
+  bounded(UVS_POOL, 1, UVS_FULL_BLOCK, 0, NULL);
+  init_item(&blocker, 100, item_run);
+  ASSERT_OK(uvs_schedule(&worker, &blocker.task));
+  ASSERT_OK(uv_queue_work(&loop, &plain_req, plain_work, plain_done));
+  ASSERT_OK(uv_run(&loop, UV_RUN_DEFAULT));
+  ASSERT_ERR(atomic_load(&wait_err), UV_EAGAIN);
+  ASSERT_UINT64_LT(atomic_load(&wait_ms), 1000);
+  ASSERT_EQ(items[1].done_calls, 0);
+  ASSERT_EQ(atomic_load(&nruns), 2);
+  teardown();
+  return 0;
+}
+
+
 /* A foreign thread blocks while the worker is full and is let in when a
  * drain takes a task. The loop checks, when it releases the blocker 50 ms
  * after the producer began waiting, that the wait has not returned: the
