@@ -326,6 +326,30 @@ static void put_back(uvs_worker_t* w,
 }
 
 
+/* Lanes run tasks in parallel only when that pays: each take costs the
+ * scheduler's lock, which lanes share, so for tasks shorter than this a
+ * second lane adds contention, not speed. A lane whose last task was that
+ * short asks for no other lane, and ends if another lane is running. */
+#define UVS__LANE_SHORT_US 10
+
+
+/* Is this lane not needed (lock held)? It also times its last task: the
+ * ticks between two takes. */
+static int lane_spare(uvs_worker_t* w, uvs__lane_t* lane) {
+  uint64_t now;
+  uint64_t per_ms;
+  int short_task;
+
+  per_ms = uvs__load_rlx(&calib.per_ms);
+  now = ticks();
+  short_task = per_ms != 0 && lane->tick_mark != 0 &&
+               now - lane->tick_mark < per_ms * UVS__LANE_SHORT_US / 1000;
+  lane->tick_mark = now;
+  lane->spare = short_task;
+  return short_task && w->lanes_active > 1;
+}
+
+
 /* Fills a batch of slots (lock held): from the queue of a serial worker,
  * or, for a lane of a wide one, from the tasks its keys let start. */
 static unsigned fill(uvs_worker_t* w,
@@ -338,6 +362,8 @@ static unsigned fill(uvs_worker_t* w,
   /* A lane takes one task at a time: tasks start in FIFO order across
    * lanes, and none waits in one lane's batch while another lane idles. */
   if (lane != NULL) {
+    if (lane_spare(w, lane))
+      return 0;
     uvs__keys_intake(w);
     max = 1;
   }
@@ -352,7 +378,7 @@ static unsigned fill(uvs_worker_t* w,
     t->node.prev = (uvs__queue_t*) ((uintptr_t) &slots[n] | 1);
   }
   /* More than this lane can start: ask for another, up to the width. */
-  if (lane != NULL && !uvs__queue_empty(&w->kready) &&
+  if (lane != NULL && !lane->spare && !uvs__queue_empty(&w->kready) &&
       w->lanes_active < w->width && w->phase != UVS__P_READY)
     uvs__worker_make_ready(w);
   return n;

@@ -206,6 +206,8 @@ typedef struct uvs__lane_s {
   uvs_task_t** batch; /* its slots while it runs a batch */
   unsigned batch_len;
   int active;
+  int spare;          /* it ended because its tasks were short (drain.c) */
+  uint64_t tick_mark; /* ticks() at its last take, or 0 */
   uvs__kent_t* kent[UVS__BATCH]; /* the key entry of each slot's task */
 } uvs__lane_t;
 /* Everything below needs the scheduler's lock. */

@@ -189,10 +189,12 @@ static void lane_work_done(uv_work_t* req, int status) {
   if (w->phase != UVS__P_READY) {
     if (w->lanes_active == 0)
       uvs__turn_ended(w);
-    else if (!uvs__queue_empty(&w->kready) ||
-             (uvs__worker_nonempty(w) && !uvs__cancelling(w)))
-      uvs__worker_make_ready(w);
+    else if (!lane->spare && (!uvs__queue_empty(&w->kready) ||
+                              (uvs__worker_nonempty(w) && !uvs__cancelling(w))))
+      uvs__worker_make_ready(w); /* the running lanes may be stuck in long
+                                    tasks: a lane of its own for the rest */
   }
+  lane->tick_mark = 0;
   uv_mutex_unlock(&s->lock);
   process(s, 0);
 }
