@@ -521,8 +521,8 @@ static unsigned turn(uvs_worker_t* w,
 }
 
 
-void uvs__drain(uvs_worker_t* w, uvs__lane_t* lane) {
-  turn(w, lane, NULL, w->sched->budget);
+void uvs__lane_turn(uvs__lane_t* lane) {
+  turn(lane->w, lane, NULL, lane->w->sched->budget);
 }
 
 

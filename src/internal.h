@@ -282,9 +282,9 @@ void uvs__publish_now(uvs_sched_t* sched);
 void uvs__advance(uvs_sched_t* sched, uint64_t ms);
 
 /* ---- drain.c ----------------------------------------------------------- */
-/* Runs a turn of a worker, or of one lane of a wide worker (lane NULL for
- * a serial one). No lock held. */
-void uvs__drain(uvs_worker_t* worker, uvs__lane_t* lane);
+/* A turn of one lane of a wide worker, with a slice of its own. Pool
+ * thread, no lock held. */
+void uvs__lane_turn(uvs__lane_t* lane);
 /* A runner (one uv_queue_work item): runs a turn of first, then of each
  * pool worker that is ready, oldest first, until none is or its time
  * slice has passed. Pool thread, no lock held. */

@@ -144,7 +144,7 @@ static void lane_work(uv_work_t* req) {
 
   lane = uvs__container_of(req, uvs__lane_t, work);
   uvs__tls.pool = 1;
-  uvs__drain(lane->w, lane);
+  uvs__lane_turn(lane);
 }
 
 
