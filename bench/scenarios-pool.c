@@ -436,12 +436,16 @@ void bench_s3_pool_foreign(const bench_cfg_t* cfg) {
   bench_naive_t naive;
   bench_feed_t f;
   bench_row_t* row;
+  bench_row_t* loop_row;
   bench_row_t* drains_row;
   bench_row_t* wakes_row;
+  bench_lane_t lane;
+  bench_rr_t rr;
   uvs_stats_t st0;
   uvs_stats_t st1;
   double u;
   double r;
+  double l;
   double cpu_u[BENCH_MAX_RUNS];
   double cpu_n[BENCH_MAX_RUNS];
   double drains_u[BENCH_MAX_RUNS];
@@ -456,6 +460,12 @@ void bench_s3_pool_foreign(const bench_cfg_t* cfg) {
 
   row = bench_row("s3.naive", "1 pool worker fed by a foreign thread, vs naive",
                   "tasks/s", BENCH_GE, 2.0, 0);
+  /* The same tasks onto the same worker from the loop thread, as s1 does,
+   * in the same run: what a foreign producer costs more per task. */
+  loop_row = bench_row("s3.vs-loop",
+                       "1 pool worker, per task: fed by a foreign thread, "
+                       "vs from the loop thread",
+                       "ns/task", BENCH_LE, 1.5, 0);
   /* Issue item 9, measured under this load. */
   drains_row = bench_row("s9.drains-foreign",
                          "pool submissions, foreign "
@@ -476,11 +486,21 @@ void bench_s3_pool_foreign(const bench_cfg_t* cfg) {
   f.worker = &worker;
   f.push = bench_push_naive;
   f.q = &naive;
+  memset(&rr, 0, sizeof(rr));
+  rr.loop = &loop;
+  rr.workers = &worker;
+  rr.lanes = &lane;
+  rr.nworkers = 1;
+  rr.per = f.n;
+  rr.tasks = f.utasks;
 
   for (run = 0; run < cfg->runs; run++) {
-    u = r = NAN;
-    for (i = 0; i < 2; i++) {
-      if (bench_order(run, 2, i) == 0) {
+    u = r = l = NAN;
+    for (i = 0; i < 3; i++) {
+      if (bench_order(run, 3, i) == 2) {
+        l = bench_rr_uvs(&rr, "s3 uvsched from the loop");
+        bench_note(cfg, "s3.loop", run, l, "tasks/s");
+      } else if (bench_order(run, 3, i) == 0) {
         uvs_sched_stats(&sched, &st0);
         u = bench_feed_run(&loop, &f, bench_feed_uvs, &cpu, "s3 uvsched");
         uvs_sched_stats(&sched, &st1);
@@ -499,6 +519,7 @@ void bench_s3_pool_foreign(const bench_cfg_t* cfg) {
       }
     }
     bench_row_add(row, u, r);
+    bench_row_add(loop_row, 1e9 / u, 1e9 / l);
     bench_row_add(drains_row, drains_u[run], drains_n[run]);
     bench_row_add(wakes_row, wakes_u[run], wakes_n[run]);
   }
