@@ -20,8 +20,8 @@
  * Worker 3 is a pool worker of width 2 (uvs_worker_init_ex). Schedules may
  * set the task's key first (uvs_task_set_key: no key, 1, 2, or 1 + 2^32,
  * which equals 1 in its low 32 bits); the code it answers is predicted (0,
- * or UV_EBUSY while the library has the task), and the key stays with the
- * task, through uvs_task_init too (docs/options.rst). On worker 3 the model
+ * or UV_EBUSY while the library has the task); the key stays with the
+ * task for later schedules, and uvs_task_init clears it (docs/options.rst). On worker 3 the model
  * checks, besides what it checks on worker 2: never more than 2 runs at
  * once, never two of one key; per key, tasks scheduled at once run, and
  * their done_cb(..., 0) come, in schedule order. On the serial workers a
@@ -658,6 +658,7 @@ static void op_task_init(input_t* in) {
   if (!(a & 8)) {
     t->state = T_IDLE;
     t->has_done = !(a & 16);
+    t->kidx = 0; /* init leaves no key */
   }
 }
 
