@@ -103,9 +103,10 @@ static void fire(void* ctx, uvs_task_t* t) {
 /* Moves due delayed tasks to their workers' queues. Lock held. */
 static void fire_timers(uvs_sched_t* s) {
   /* uv_timer may fire up to a ms early, and the loop's cached time lags:
-   * compare with the real clock. */
-  if (!s->manual_clock)
-    uvs__timers_expire(s->timers, uvs__clock_ms(s), fire, NULL);
+   * compare with the real clock. A manual clock fires here only what is
+   * due at its time already: a periodic task that a pool run re-armed
+   * after the uvs_clock_advance() that reached its next grid point. */
+  uvs__timers_expire(s->timers, uvs__clock_ms(s), fire, NULL);
 }
 
 
@@ -115,8 +116,11 @@ static void rearm_timer(uvs_sched_t* s) {
   uint64_t timeout;
 
   s->timer_asked = UINT64_MAX;
-  /* A manual clock moves only with uvs_clock_advance(). */
-  due = s->manual_clock ? UINT64_MAX : uvs__timers_next(s->timers);
+  /* A manual clock moves only with uvs_clock_advance(): the timer is for
+   * what is due at its time already. */
+  due = uvs__timers_next(s->timers);
+  if (s->manual_clock && due > uvs__clock_ms(s))
+    due = UINT64_MAX;
   if (due == UINT64_MAX) {
     uv_timer_stop(&s->timer);
     s->timer_due = UINT64_MAX;

@@ -251,6 +251,46 @@ TEST_IMPL(clock_periodic_steps_pool) {
 }
 
 
+/* A pool run that is still going when an advance reaches the task's next
+ * grid point re-arms the task at a time that is already due: it runs at
+ * once, with no further advance, as it would on a real clock. */
+static uv_sem_t hold_sem;
+static atomic_int held_runs;
+
+static void held_run(uvs_task_t* task) {
+  item_run(task);
+  if (atomic_fetch_add(&held_runs, 1) == 0)
+    uv_sem_wait(&hold_sem);
+}
+
+
+TEST_IMPL(clock_periodic_rearmed_after_advance_pool) {
+  setup(1, UVS_POOL);
+  init_items(1);
+  ASSERT_OK(uv_sem_init(&hold_sem, 0));
+  ASSERT_OK(uvs_task_init(&items[0].task, held_run, item_done));
+  ASSERT_OK(uvs_schedule_every(&worker, &items[0].task, 10, 10));
+  advance(10);
+  RUN_UNTIL(atomic_load(&items[0].runs) == 1);
+  /* The first run holds its pool thread while the clock passes 20. */
+  advance(10);
+  settle();
+  ASSERT_EQ(atomic_load(&items[0].runs), 1);
+  uv_sem_post(&hold_sem);
+  RUN_UNTIL(atomic_load(&items[0].runs) == 2);
+  ASSERT_UINT64_EQ(items[0].now_at_run[1], t0 + 20);
+  /* Then on its grid again: nothing until 30. */
+  settle();
+  ASSERT_EQ(atomic_load(&items[0].runs), 2);
+  advance(10);
+  RUN_UNTIL(atomic_load(&items[0].runs) == 3);
+  ASSERT_UINT64_EQ(items[0].now_at_run[2], t0 + 30);
+  TEST_CLOSE_SCHED_AND_LOOP(&loop, &sched, UVS_CANCEL);
+  uv_sem_destroy(&hold_sem);
+  return 0;
+}
+
+
 /* One huge advance: the periodic task runs once for all the grid points
  * passed, then stays on its grid. */
 TEST_IMPL(clock_huge_advance_coalesces) {
