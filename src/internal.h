@@ -232,6 +232,18 @@ void uvs__keys_unlinked(uvs_worker_t* w, uvs_task_t* t);
 uvs_task_t* uvs__keys_take(uvs_worker_t* w);
 int uvs__keys_nonempty(uvs_worker_t* w);
 
+/* ---- hazard.c: what keeps a worker alive under a cancel -------------- */
+typedef struct uvs__hazard_s uvs__hazard_t;
+/* The calling thread's hazard slot, for one cancel; NULL (without memory)
+ * means a fallback that every close waits for. No lock needed. */
+uvs__hazard_t* uvs__hazard_enter(void);
+/* Names w as in use; then the caller checks that w is still the task's. */
+void uvs__hazard_protect(uvs__hazard_t* hazard, uvs_worker_t* w);
+void uvs__hazard_leave(uvs__hazard_t* hazard);
+/* Waits until no cancel names w. Every task of w is handed back; no lock
+ * held. */
+void uvs__hazard_wait(uvs_worker_t* w);
+
 /* ---- postpool.c: uvs_post's nodes -------------------------------------- */
 /* A node that runs fn(arg) with no done_cb, or NULL (out of memory). From
  * the scheduler's shared list under its lock, or, on the loop thread
@@ -253,7 +265,7 @@ void uvs__post_free_all(uvs_sched_t* sched);
  *   worker.c                one worker's queue, delayed list, cancel, close
  *   bound.c                 bounds, space_cb, blocked producers, metrics
  *   handback.c              the end of custody: hand-back stack, deliver
- *   keys.c postpool.c inbox.c wheel.c alloc.c    leaves
+ *   keys.c postpool.c hazard.c inbox.c wheel.c alloc.c    leaves
  */
 
 /* The scheduler's clock in ms: uv_hrtime(), or the manual clock. */
@@ -359,8 +371,6 @@ struct uvs__tls_s {
   int pool;     /* this thread ran a runner or lane: a libuv pool thread */
 };
 extern UVS__TLS struct uvs__tls_s uvs__tls;
-/* Cancels in progress, process-wide (see uvs_task_cancel). */
-extern unsigned long uvs__cancels;
 
 /* ---- bound.c: bounded workers and metrics ----------------------------- */
 /* Does w count its queued tasks (a bound or metrics)? */

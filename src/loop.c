@@ -359,9 +359,6 @@ static void shut_door(uvs_sched_t* s, uvs_worker_t* w) {
   __atomic_store_n(&w->closed, UVS__C_CLOSED, __ATOMIC_SEQ_CST);
   uv_mutex_unlock(&s->lock);
   wait_for_callers(&w->inflight);
-  /* And for cancels that may have read this worker from a task. */
-  while (__atomic_fetch_or(&uvs__cancels, 0, __ATOMIC_SEQ_CST) != 0)
-    sched_yield();
   uv_mutex_lock(&s->lock);
   if (!(w->flags & UVS__WF_DRAIN))
     uvs__worker_close_sweep(w);
@@ -371,6 +368,12 @@ static void shut_door(uvs_sched_t* s, uvs_worker_t* w) {
 /* A worker's close completes: its totals go to the scheduler's, and its
  * callback, if any, is called. Lock held. */
 static void complete_worker(uvs_sched_t* s, uvs_worker_t* w) {
+  /* Every task of w is handed back: wait out a cancel that read w from a
+   * task before that and may still use it (src/hazard.c). Not under the
+   * lock, which such a cancel may be waiting for. */
+  uv_mutex_unlock(&s->lock);
+  uvs__hazard_wait(w);
+  uv_mutex_lock(&s->lock);
   uvs__queue_remove(&w->list_node);
   /* While the scheduler closes, a closed worker that has no callback may
    * still be asked for one (uvs_worker_close): keep it in reach until the

@@ -6,7 +6,6 @@
 
 
 UVS__TLS struct uvs__tls_s uvs__tls;
-unsigned long uvs__cancels;
 
 
 int uvs_task_init(uvs_task_t* t, uvs_run_cb run, uvs_done_cb done) {
@@ -260,7 +259,7 @@ int uvs_schedule_every(uvs_worker_t* worker,
 }
 
 
-static int cancel(uvs_task_t* t) {
+static int cancel(uvs_task_t* t, uvs__hazard_t* hz) {
   uvs_worker_t* w;
   uvs_sched_t* s;
   unsigned st;
@@ -279,9 +278,17 @@ static int cancel(uvs_task_t* t) {
         return UV_EBUSY; /* cancelled, or handed back */
     }
 
-    /* The task is pending in w (or was, and has moved on): w can't finish
-     * closing while this cancel runs (uvs_task_cancel). */
+    /* w may finish closing and be freed at any moment: name it in this
+     * thread's hazard slot, which its close waits out, then check that the
+     * task is still pending in it. If the close completed first, the check
+     * sees the task handed back (src/hazard.c). */
     w = uvs__load_acq(&t->worker);
+    uvs__hazard_protect(hz, w);
+    st = uvs__load_acq(&t->state);
+    if (((st & UVS__T_MASK) != UVS__T_QUEUED &&
+         (st & UVS__T_MASK) != UVS__T_DELAYED) ||
+        uvs__load_acq(&t->worker) != w)
+      continue;
     s = w->sched;
     uv_mutex_lock(&s->lock);
     /* The worker first, then the state. Seeing w as the worker after a
@@ -314,6 +321,7 @@ static int cancel(uvs_task_t* t) {
 
 
 int uvs_task_cancel(uvs_task_t* t) {
+  uvs__hazard_t* hz;
   unsigned st;
   int err;
 
@@ -323,14 +331,11 @@ int uvs_task_cancel(uvs_task_t* t) {
   if ((st & UVS__T_MASK) == UVS__T_IDLE || t->done_cb == NULL)
     return UV_EINVAL;
   /* A cancel may read a task's worker just as the task is handed back and
-   * its worker closed and freed. Closes wait for this count to be zero
-   * before they call back (finish_closes), so a cancel that may have read
-   * the worker keeps it alive, and one that starts later sees the task
-   * handed back. Read-modify-writes on both sides, so that the later one
-   * sees what the earlier did. */
-  __atomic_fetch_add(&uvs__cancels, 1, __ATOMIC_SEQ_CST);
-  err = cancel(t);
-  __atomic_fetch_sub(&uvs__cancels, 1, __ATOMIC_SEQ_CST);
+   * its worker closed and freed: the hazard slot keeps the worker it uses
+   * alive, and no other. */
+  hz = uvs__hazard_enter();
+  err = cancel(t, hz);
+  uvs__hazard_leave(hz);
   return err;
 }
 

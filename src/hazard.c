@@ -1,0 +1,140 @@
+/* Hazard slots: what keeps a worker's memory alive under a cancel.
+ *
+ * uvs_task_cancel() reads a task's worker without holding anything that
+ * keeps that worker alive: the task may be handed back, its worker's close
+ * completed and the worker freed by its close callback between the load
+ * and the cancel's use of it. So each thread that cancels owns a slot in a
+ * process-wide array and publishes in it the worker it is about to use;
+ * then it checks that the task still belongs to that worker. A close,
+ * before its callback, waits until no slot names its worker. Either the
+ * close's scan sees the slot, or the cancel's check sees the task handed
+ * back: both sides touch the slot with sequentially consistent
+ * read-modify-writes (not fences, which TSan does not model), so whichever
+ * comes second sees what the first did. A cancel on another worker never
+ * holds a close up.
+ *
+ * Slots are a fixed array, so a cancel never allocates: a thread takes a
+ * free one at its first cancel and gives it back when it exits (a pthread
+ * key's destructor). A close scans only as far as slots were ever taken.
+ * Past UVS__HAZARDS threads at once, a cancel counts itself in a fallback
+ * counter instead, which every close waits for, as all closes once did.
+ */
+
+#include "internal.h"
+
+#include <sched.h>
+
+#define UVS__HAZARDS 128
+
+/* One cache line each: a cancel writes its own slot only. */
+struct uvs__hazard_s {
+  uintptr_t worker; /* atomic: the worker in use, or 0 */
+  unsigned used;    /* atomic: a thread owns this slot */
+  char pad[64 - sizeof(uintptr_t) - sizeof(unsigned)];
+};
+
+static uvs__hazard_t slots[UVS__HAZARDS] __attribute__((aligned(64)));
+static unsigned slots_seen;           /* atomic: slots ever taken, a prefix */
+static unsigned long fallback_active; /* atomic: cancels without a slot */
+static UVS__TLS uvs__hazard_t* own;
+
+#ifndef _WIN32
+static pthread_once_t key_once = PTHREAD_ONCE_INIT;
+static pthread_key_t key;
+static int key_ok;
+
+static void give_back(void* p) {
+  uvs__hazard_t* h;
+
+  h = p;
+  __atomic_store_n(&h->worker, 0, __ATOMIC_RELEASE);
+  __atomic_store_n(&h->used, 0u, __ATOMIC_RELEASE);
+}
+
+static void make_key(void) {
+  key_ok = pthread_key_create(&key, give_back) == 0;
+}
+#endif
+
+
+/* The calling thread's slot, taken at its first cancel; NULL if every slot
+ * is taken. */
+static uvs__hazard_t* own_slot(void) {
+  unsigned seen;
+  unsigned zero;
+  unsigned i;
+
+  if (own != NULL)
+    return own;
+  for (i = 0; i < UVS__HAZARDS; i++) {
+    zero = 0;
+    if (uvs__load_rlx(&slots[i].used) == 0 &&
+        __atomic_compare_exchange_n(&slots[i].used, &zero, 1u, 0,
+                                    __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
+      break;
+  }
+  if (i == UVS__HAZARDS)
+    return NULL;
+  /* A close scans this far: the slot counts before it can name a worker.
+   * seq_cst, against the close's read of slots_seen. */
+  seen = uvs__load_rlx(&slots_seen);
+  while (seen < i + 1 &&
+         !__atomic_compare_exchange_n(&slots_seen, &seen, i + 1, 1,
+                                      __ATOMIC_SEQ_CST, __ATOMIC_RELAXED)) {
+  }
+#ifndef _WIN32
+  pthread_once(&key_once, make_key);
+  if (key_ok)
+    pthread_setspecific(key, &slots[i]);
+#endif
+  own = &slots[i];
+  return own;
+}
+
+
+uvs__hazard_t* uvs__hazard_enter(void) {
+  uvs__hazard_t* h;
+
+  h = own_slot();
+  if (h == NULL)
+    uvs__add_sc(&fallback_active, 1);
+  return h;
+}
+
+
+void uvs__hazard_protect(uvs__hazard_t* h, uvs_worker_t* w) {
+  if (h == NULL)
+    return; /* the fallback count covers every worker */
+  /* Before the caller's check of the task; pairs with the read-modify-write
+   * in uvs__hazard_wait(). */
+  __atomic_exchange_n(&h->worker, (uintptr_t) w, __ATOMIC_SEQ_CST);
+}
+
+
+void uvs__hazard_leave(uvs__hazard_t* h) {
+  if (h == NULL) {
+    uvs__sub_sc(&fallback_active, 1);
+    return;
+  }
+  /* Release: everything the cancel did with the worker happens-before a
+   * close that sees the slot empty. */
+  __atomic_store_n(&h->worker, 0, __ATOMIC_RELEASE);
+}
+
+
+void uvs__hazard_wait(uvs_worker_t* w) {
+  unsigned n;
+  unsigned i;
+
+  /* Every task of w is handed back already. Each read is a read-modify-
+   * write that changes nothing: a cancel whose slot it finds empty (or
+   * naming another worker) publishes later in the slot's order, and so
+   * sees the tasks handed back when it checks. */
+  n = __atomic_fetch_add(&slots_seen, 0, __ATOMIC_SEQ_CST);
+  for (i = 0; i < n; i++)
+    while (__atomic_fetch_or(&slots[i].worker, 0, __ATOMIC_SEQ_CST) ==
+           (uintptr_t) w)
+      sched_yield();
+  while (__atomic_fetch_or(&fallback_active, 0, __ATOMIC_SEQ_CST) != 0)
+    sched_yield();
+}
