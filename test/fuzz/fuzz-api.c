@@ -21,11 +21,11 @@
  * set the task's key first (uvs_task_set_key: no key, 1, 2, or 1 + 2^32,
  * which equals 1 in its low 32 bits); the code it answers is predicted (0,
  * or UV_EBUSY while the library has the task); the key stays with the
- * task for later schedules, and uvs_task_init clears it (docs/options.rst). On worker 3 the model
- * checks, besides what it checks on worker 2: never more than 2 runs at
- * once, never two of one key; per key, tasks scheduled at once run, and
- * their done_cb(..., 0) come, in schedule order. On the serial workers a
- * key changes nothing, and their checks stay as they were.
+ * task for later schedules, and uvs_task_init clears it (docs/options.rst). On
+ * worker 3 the model checks, besides what it checks on worker 2: never more
+ * than 2 runs at once, never two of one key; per key, tasks scheduled at once
+ * run, and their done_cb(..., 0) come, in schedule order. On the serial workers
+ * a key changes nothing, and their checks stay as they were.
  */
 
 #include "uvsched.h"
