@@ -1,4 +1,5 @@
-/* Hazard slots: what keeps a worker's memory alive under a cancel.
+/* Hazard slots: what keeps a worker's memory alive under a cancel, and
+ * holds its close off while a caller on another thread is inside the API.
  *
  * uvs_task_cancel() reads a task's worker without holding anything that
  * keeps that worker alive: the task may be handed back, its worker's close
@@ -12,6 +13,13 @@
  * read-modify-writes (not fences, which TSan does not model), so whichever
  * comes second sees what the first did. A cancel on another worker never
  * holds a close up.
+ *
+ * The same slot pins a worker for a schedule or post from a thread other
+ * than the worker's loop's (uvs__worker_pin): the caller names the worker
+ * in the slot's pin word, then loads the worker's closed flag; the close
+ * stores the flag, then waits until no pin word names the worker. One
+ * exchange on a line no other thread writes, where a shared count took two
+ * read-modify-writes on the worker's own line.
  *
  * Slots are a fixed array, so a cancel never allocates: a thread takes a
  * free one at its first cancel and gives it back when it exits (a pthread
@@ -28,9 +36,11 @@
 
 /* One cache line each: a cancel writes its own slot only. */
 struct uvs__hazard_s {
-  uintptr_t worker; /* atomic: the worker in use, or 0 */
+  uintptr_t worker; /* atomic: the worker a cancel uses, or 0 */
+  uintptr_t pin;    /* atomic: the worker pinned, or 0 */
+  unsigned depth;   /* pins of it held (its thread only) */
   unsigned used;    /* atomic: a thread owns this slot */
-  char pad[64 - sizeof(uintptr_t) - sizeof(unsigned)];
+  char pad[64 - 2 * sizeof(uintptr_t) - 2 * sizeof(unsigned)];
 };
 
 static uvs__hazard_t slots[UVS__HAZARDS] __attribute__((aligned(64)));
@@ -48,6 +58,8 @@ static void give_back(void* p) {
 
   h = p;
   __atomic_store_n(&h->worker, 0, __ATOMIC_RELEASE);
+  __atomic_store_n(&h->pin, 0, __ATOMIC_RELEASE);
+  h->depth = 0;
   __atomic_store_n(&h->used, 0u, __ATOMIC_RELEASE);
 }
 
@@ -57,8 +69,8 @@ static void make_key(void) {
 #endif
 
 
-/* The calling thread's slot, taken at its first cancel; NULL if every slot
- * is taken. */
+/* The calling thread's slot, taken at its first cancel or pin; NULL if
+ * every slot is taken. */
 static uvs__hazard_t* own_slot(void) {
   unsigned seen;
   unsigned zero;
@@ -122,7 +134,7 @@ void uvs__hazard_leave(uvs__hazard_t* h) {
 }
 
 
-void uvs__hazard_wait(uvs_worker_t* w) {
+void uvs__hazard_wait_cancels(uvs_worker_t* w) {
   unsigned n;
   unsigned i;
 
@@ -137,4 +149,49 @@ void uvs__hazard_wait(uvs_worker_t* w) {
       sched_yield();
   while (__atomic_fetch_or(&fallback_active, 0, __ATOMIC_SEQ_CST) != 0)
     sched_yield();
+}
+
+
+int uvs__hazard_pin(uvs_worker_t* w) {
+  uvs__hazard_t* h;
+
+  h = own_slot();
+  if (h == NULL)
+    return 0;
+  if (h->depth != 0) {
+    /* A call inside a call (uvs_schedule_wait's schedules): the same
+     * worker counts; another one takes the fallback. */
+    if (uvs__load_rlx(&h->pin) != (uintptr_t) w)
+      return 0;
+    h->depth++;
+    return 1;
+  }
+  /* Before the caller's load of w->closed; pairs with the read-modify-
+   * write in uvs__hazard_wait_pins(). */
+  __atomic_exchange_n(&h->pin, (uintptr_t) w, __ATOMIC_SEQ_CST);
+  h->depth = 1;
+  return 1;
+}
+
+
+void uvs__hazard_unpin(void) {
+  uvs__hazard_t* h;
+
+  h = own;
+  if (--h->depth == 0)
+    __atomic_store_n(&h->pin, 0, __ATOMIC_RELEASE);
+}
+
+
+void uvs__hazard_wait_pins(uvs_worker_t* w) {
+  unsigned n;
+  unsigned i;
+
+  /* w->closed is stored already: a caller whose pin this misses pins later
+   * in the slot's order and sees the flag. */
+  n = __atomic_fetch_add(&slots_seen, 0, __ATOMIC_SEQ_CST);
+  for (i = 0; i < n; i++)
+    while (__atomic_fetch_or(&slots[i].pin, 0, __ATOMIC_SEQ_CST) ==
+           (uintptr_t) w)
+      sched_yield();
 }

@@ -232,7 +232,7 @@ void uvs__keys_unlinked(uvs_worker_t* w, uvs_task_t* t);
 uvs_task_t* uvs__keys_take(uvs_worker_t* w);
 int uvs__keys_nonempty(uvs_worker_t* w);
 
-/* ---- hazard.c: what keeps a worker alive under a cancel -------------- */
+/* ---- hazard.c: what keeps a worker alive under a cancel or a pin ----- */
 typedef struct uvs__hazard_s uvs__hazard_t;
 /* The calling thread's hazard slot, for one cancel; NULL (without memory)
  * means a fallback that every close waits for. No lock needed. */
@@ -242,7 +242,15 @@ void uvs__hazard_protect(uvs__hazard_t* hazard, uvs_worker_t* w);
 void uvs__hazard_leave(uvs__hazard_t* hazard);
 /* Waits until no cancel names w. Every task of w is handed back; no lock
  * held. */
-void uvs__hazard_wait(uvs_worker_t* w);
+void uvs__hazard_wait_cancels(uvs_worker_t* w);
+/* Pins w in the calling thread's slot: 1, or 0 if no slot can be had (the
+ * caller pins with w->inflight instead). The caller then loads w->closed
+ * (seq_cst). Pins of one worker nest. */
+int uvs__hazard_pin(uvs_worker_t* w);
+void uvs__hazard_unpin(void);
+/* Waits until no slot pins w; w->closed is stored (seq_cst). No lock
+ * held. */
+void uvs__hazard_wait_pins(uvs_worker_t* w);
 
 /* ---- postpool.c: uvs_post's nodes -------------------------------------- */
 /* A node that runs fn(arg) with no done_cb, or NULL (out of memory). From
@@ -321,9 +329,11 @@ static inline int uvs__cancelling(uvs_worker_t* w) {
 int uvs__worker_enter(uvs_worker_t* worker);
 void uvs__worker_leave(uvs_worker_t* worker);
 /* Pins the worker if the caller is not on its loop's thread (*pinned says
- * so; unpin with uvs__worker_leave). Returns UV_ESHUTDOWN if it is
+ * how; unpin with uvs__worker_unpin). Returns UV_ESHUTDOWN if it is
  * closed. Never reads the scheduler. */
+enum { UVS__PIN_NONE = 0, UVS__PIN_SLOT = 1, UVS__PIN_COUNT = 2 };
 int uvs__worker_pin(uvs_worker_t* worker, int* pinned);
+void uvs__worker_unpin(uvs_worker_t* worker, int pinned);
 /* Init with options (NULL = defaults), after the caller checked them. */
 int uvs__worker_init(uvs_sched_t* sched,
                      uvs_worker_t* worker,

@@ -359,6 +359,7 @@ static void shut_door(uvs_sched_t* s, uvs_worker_t* w) {
   __atomic_store_n(&w->closed, UVS__C_CLOSED, __ATOMIC_SEQ_CST);
   uv_mutex_unlock(&s->lock);
   wait_for_callers(&w->inflight);
+  uvs__hazard_wait_pins(w);
   uv_mutex_lock(&s->lock);
   if (!(w->flags & UVS__WF_DRAIN))
     uvs__worker_close_sweep(w);
@@ -372,7 +373,7 @@ static void complete_worker(uvs_sched_t* s, uvs_worker_t* w) {
    * task before that and may still use it (src/hazard.c). Not under the
    * lock, which such a cancel may be waiting for. */
   uv_mutex_unlock(&s->lock);
-  uvs__hazard_wait(w);
+  uvs__hazard_wait_cancels(w);
   uv_mutex_lock(&s->lock);
   uvs__queue_remove(&w->list_node);
   /* While the scheduler closes, a closed worker that has no callback may

@@ -30,7 +30,6 @@ int uvs_post(uvs_worker_t* w, void (*fn)(void* arg), void* arg) {
       }
     }
   }
-  if (foreign)
-    uvs__worker_leave(w);
+  uvs__worker_unpin(w, foreign);
   return err;
 }

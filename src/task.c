@@ -222,8 +222,7 @@ static int schedule(uvs_worker_t* w,
     err = accept_later(w, t, t_call, delay_ms, period_ms);
   else
     err = accept_now(w, t, 0);
-  if (foreign)
-    uvs__worker_leave(w);
+  uvs__worker_unpin(w, foreign);
   return err;
 }
 
@@ -364,8 +363,7 @@ int uvs_schedule_wait(uvs_worker_t* w, uvs_task_t* t, uint64_t timeout_ms) {
   if (uvs__worker_pin(w, &pinned) != 0)
     return UV_ESHUTDOWN;
   if (uv_cond_init(&waiter.cond) != 0) {
-    if (pinned)
-      uvs__worker_leave(w);
+    uvs__worker_unpin(w, pinned);
     return UV_ENOMEM;
   }
   for (;;) {
@@ -377,8 +375,7 @@ int uvs_schedule_wait(uvs_worker_t* w, uvs_task_t* t, uint64_t timeout_ms) {
       break;
   }
   uv_cond_destroy(&waiter.cond);
-  if (pinned)
-    uvs__worker_leave(w);
+  uvs__worker_unpin(w, pinned);
   return err;
 }
 

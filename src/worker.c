@@ -27,13 +27,32 @@ void uvs__worker_leave(uvs_worker_t* w) {
 
 int uvs__worker_pin(uvs_worker_t* w, int* pinned) {
   /* On the loop thread a close can't complete under the caller (that
-   * happens on the loop thread too); elsewhere the pin holds it off. Either
-   * way a closed worker answers before its scheduler, which may be gone, is
-   * touched. */
-  *pinned = !uvs__is_thread(&w->thread);
-  if (*pinned)
+   * happens on the loop thread too); elsewhere the pin holds it off: the
+   * thread's hazard slot, or without one the worker's count. Either way a
+   * closed worker answers before its scheduler, which may be gone, is
+   * touched. shut_door() in loop.c is the other half. */
+  if (uvs__is_thread(&w->thread)) {
+    *pinned = UVS__PIN_NONE;
+    return uvs__load_acq(&w->closed) ? UV_ESHUTDOWN : 0;
+  }
+  if (!uvs__hazard_pin(w)) {
+    *pinned = UVS__PIN_COUNT;
     return uvs__worker_enter(w);
-  return uvs__load_acq(&w->closed) ? UV_ESHUTDOWN : 0;
+  }
+  *pinned = UVS__PIN_SLOT;
+  if (__atomic_load_n(&w->closed, __ATOMIC_SEQ_CST)) {
+    uvs__hazard_unpin();
+    return UV_ESHUTDOWN;
+  }
+  return 0;
+}
+
+
+void uvs__worker_unpin(uvs_worker_t* w, int pinned) {
+  if (pinned == UVS__PIN_SLOT)
+    uvs__hazard_unpin();
+  else if (pinned == UVS__PIN_COUNT)
+    uvs__worker_leave(w);
 }
 
 

@@ -1,7 +1,8 @@
 /* Hazard slots (src/hazard.c): a worker's close waits for a cancel that
- * may be using that worker, and for no other. A cancel holds its slot for
- * a few instructions only, so these tests hold one open through the
- * internal calls that uvs_task_cancel() makes. */
+ * may be using that worker, and for a caller on another thread that pinned
+ * it, and for no other. A cancel or a schedule holds its slot for a few
+ * instructions only, so these tests hold one open through the internal
+ * calls that uvs_task_cancel() and uvs_schedule() make. */
 
 #include "task.h"
 
@@ -11,12 +12,15 @@ typedef struct uvs__hazard_s uvs__hazard_t;
 uvs__hazard_t* uvs__hazard_enter(void);
 void uvs__hazard_protect(uvs__hazard_t* hazard, uvs_worker_t* w);
 void uvs__hazard_leave(uvs__hazard_t* hazard);
+int uvs__hazard_pin(uvs_worker_t* w);
+void uvs__hazard_unpin(void);
 
 static uv_loop_t loop;
 static uvs_sched_t sched;
 static uvs_worker_t worker;
 static uvs_worker_t other; /* stands for a worker of another scheduler */
 static atomic_int held;    /* the helper's slot names worker */
+static int hold_pin;       /* the helper pins instead of cancelling */
 static atomic_int released;
 static int released_at_close;
 static int close_calls;
@@ -36,6 +40,14 @@ static void holder(void* arg) {
   uvs__hazard_t* h;
 
   (void) arg;
+  if (hold_pin) {
+    ASSERT_EQ(uvs__hazard_pin(&worker), 1);
+    atomic_store(&held, 1);
+    uv_sleep(100);
+    atomic_store(&released, 1);
+    uvs__hazard_unpin();
+    return;
+  }
   h = uvs__hazard_enter();
   ASSERT_PTR_NE(h, NULL);
   uvs__hazard_protect(h, &worker);
@@ -46,7 +58,7 @@ static void holder(void* arg) {
 }
 
 
-TEST_IMPL(hazard_close_waits_for_its_cancel) {
+static void close_waits_for_holder(void) {
   uv_thread_t t;
 
   ASSERT_OK(uv_loop_init(&loop));
@@ -61,6 +73,18 @@ TEST_IMPL(hazard_close_waits_for_its_cancel) {
   ASSERT_EQ(released_at_close, 1);
   ASSERT_OK(uv_thread_join(&t));
   ASSERT_OK(uv_loop_close(&loop));
+}
+
+
+TEST_IMPL(hazard_close_waits_for_its_cancel) {
+  close_waits_for_holder();
+  return 0;
+}
+
+
+TEST_IMPL(hazard_close_waits_for_its_pin) {
+  hold_pin = 1;
+  close_waits_for_holder();
   return 0;
 }
 
@@ -124,5 +148,113 @@ TEST_IMPL(hazard_slot_per_thread_reused) {
       seen_slot = b;
     ASSERT_PTR_EQ(b, seen_slot);
   }
+  return 0;
+}
+
+
+/* With every slot taken by a live thread, a thread's schedules pin with
+ * the worker's count and its cancels with the fallback count, and the
+ * contract holds as before: races with a close included. */
+#define NHOLDERS 128
+#define NTASKS 2000
+
+static uv_sem_t taken;
+static uv_sem_t finish;
+static uvs_task_t fb_tasks[NTASKS];
+static atomic_int fb_runs;
+static int fb_done;
+static int fb_cancelled;
+static atomic_int fb_accepted;
+static int fb_no_slot;
+
+static void slot_holder(void* arg) {
+  (void) arg;
+  uvs__hazard_leave(uvs__hazard_enter());
+  uv_sem_post(&taken);
+  uv_sem_wait(&finish);
+}
+
+
+static void fb_run(uvs_task_t* t) {
+  (void) t;
+  atomic_fetch_add(&fb_runs, 1);
+}
+
+
+static void fb_done_cb(uvs_task_t* t, int status) {
+  (void) t;
+  fb_done++;
+  fb_cancelled += status == UV_ECANCELED;
+}
+
+
+static void fb_producer(void* arg) {
+  uvs__hazard_t* h;
+  int i;
+  int err;
+
+  (void) arg;
+  h = uvs__hazard_enter();
+  fb_no_slot = h == NULL;
+  uvs__hazard_leave(h);
+  for (i = 0; i < NTASKS; i++) {
+    err = uvs_schedule(&worker, &fb_tasks[i]);
+    if (err == UV_ESHUTDOWN)
+      break;
+    ASSERT_OK(err);
+    atomic_fetch_add(&fb_accepted, 1);
+    if (i % 3 == 0) {
+      err = uvs_task_cancel(&fb_tasks[i]);
+      ASSERT(err == 0 || err == UV_EBUSY);
+    }
+  }
+}
+
+
+static void fb_close_cb(uvs_worker_t* w) {
+  (void) w;
+  close_calls++;
+  ASSERT_OK(uvs_sched_close(&sched, UVS_CANCEL, NULL));
+}
+
+
+static void fb_timer_cb(uv_timer_t* timer) {
+  uv_close((uv_handle_t*) timer, NULL);
+  ASSERT_OK(uvs_worker_close(&worker, UVS_CANCEL, fb_close_cb));
+}
+
+
+TEST_IMPL(hazard_fallback_when_slots_run_out) {
+  uv_thread_t holders[NHOLDERS];
+  uv_thread_t producer;
+  uv_timer_t timer;
+  int i;
+
+  ASSERT_OK(uv_sem_init(&taken, 0));
+  ASSERT_OK(uv_sem_init(&finish, 0));
+  for (i = 0; i < NHOLDERS; i++)
+    ASSERT_OK(uv_thread_create(&holders[i], slot_holder, NULL));
+  for (i = 0; i < NHOLDERS; i++) uv_sem_wait(&taken);
+  for (i = 0; i < NTASKS; i++)
+    ASSERT_OK(uvs_task_init(&fb_tasks[i], fb_run, fb_done_cb));
+  ASSERT_OK(uv_loop_init(&loop));
+  ASSERT_OK(uvs_sched_init(&loop, &sched, NULL));
+  ASSERT_OK(uvs_worker_init(&sched, &worker, UVS_POOL));
+  /* The close races the producer: it starts after a moment's work. */
+  ASSERT_OK(uv_timer_init(&loop, &timer));
+  ASSERT_OK(uv_timer_start(&timer, fb_timer_cb, 2, 0));
+  ASSERT_OK(uv_thread_create(&producer, fb_producer, NULL));
+  ASSERT_OK(uv_run(&loop, UV_RUN_DEFAULT));
+  ASSERT_OK(uv_thread_join(&producer));
+  ASSERT_EQ(fb_no_slot, 1);
+  ASSERT_EQ(close_calls, 1);
+  /* Exactly once: every accepted task handed back, run or cancelled. */
+  ASSERT_EQ(fb_done, atomic_load(&fb_accepted));
+  ASSERT_EQ(fb_done - fb_cancelled, atomic_load(&fb_runs));
+  ASSERT_OK(uv_loop_close(&loop));
+  for (i = 0; i < NHOLDERS; i++) uv_sem_post(&finish);
+  for (i = 0; i < NHOLDERS; i++) ASSERT_OK(uv_thread_join(&holders[i]));
+  uv_sem_destroy(&taken);
+  uv_sem_destroy(&finish);
   return 0;
 }
