@@ -26,12 +26,20 @@ struct uvs__queue_s {
   int status; /* the hand-back's; while queued, when it became ready (us) */
 
 #define UVS_WORKER_PRIVATE_FIELDS                                             \
+  /* Read by every schedule call, written only by init and close. */          \
+  uv_thread_t thread; /* its loop's thread, so callers need not read sched */ \
+  unsigned closed;    /* atomic */                                            \
+  unsigned flags;     /* atomic loads, stores under the lock */               \
+  /* The fields each side writes per task or per batch are kept 64 bytes      \
+   * apart from what the other side reads, so that they never share a cache   \
+   * line, wherever the struct starts: a drain's writes don't evict what a    \
+   * producer reads, nor a producer's what the drain reads. */                \
+  char pad_read[64];                                                          \
   /* Producer side: written by schedule calls on any thread. */               \
   struct uvs__queue_s* inbox_tail; /* atomic: MPSC inbox, producers swap */   \
   unsigned state;                  /* atomic: idle or scheduled */            \
-  unsigned inflight;               /* atomic: callers pinned in the API */    \
-  unsigned closed;                 /* atomic */                               \
-  unsigned flags;                  /* atomic loads, stores under the lock */  \
+  unsigned inflight;               /* atomic: callers pinned by count */      \
+  char pad_producer[64];                                                      \
   /* Consumer side: under the scheduler's lock. */                            \
   struct uvs__queue_s* inbox_head;                                            \
   struct uvs__queue_s inbox_stub;                                             \
@@ -44,7 +52,6 @@ struct uvs__queue_s {
   unsigned phase;        /* idle, ready or posted */                          \
   uint64_t runner_epoch; /* the last runner that served it */                 \
   uv_work_t work;                                                             \
-  uv_thread_t thread; /* its loop's thread, so callers need not read sched */ \
   uvs_worker_close_cb close_cb;                                               \
   /* Written by the one drain running (relaxed atomics). */                   \
   uint64_t nran;                                                              \
