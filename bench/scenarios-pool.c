@@ -364,6 +364,33 @@ void bench_feed_uvs(void* arg) {
 }
 
 
+/* uvs_post from the foreign thread: each post's argument is one of the
+ * feed's task structs, used only for its lane and sequence number. */
+static void feed_post_fn(void* arg) {
+  bench_utask_run(&((bench_utask_t*) arg)->task);
+}
+
+
+static void feed_posts(void* arg) {
+  bench_feed_t* f;
+  bench_utask_t* t;
+  size_t i;
+  int err;
+
+  f = arg;
+  for (i = 0; i < f->n; i++) {
+    t = &f->utasks[i];
+    t->task.data = f->lane;
+    t->seq = i;
+    err = uvs_post(f->worker, feed_post_fn, t);
+    if (err != 0) {
+      f->err = err;
+      return;
+    }
+  }
+}
+
+
 void bench_feed_nodes(void* arg) {
   bench_feed_t* f;
   bench_ntask_t* t;
@@ -439,6 +466,7 @@ void bench_s3_pool_foreign(const bench_cfg_t* cfg) {
   bench_row_t* loop_row;
   bench_row_t* drains_row;
   bench_row_t* wakes_row;
+  bench_row_t* post_row;
   bench_lane_t lane;
   bench_rr_t rr;
   uvs_stats_t st0;
@@ -446,6 +474,7 @@ void bench_s3_pool_foreign(const bench_cfg_t* cfg) {
   double u;
   double r;
   double l;
+  double p;
   double cpu_u[BENCH_MAX_RUNS];
   double cpu_n[BENCH_MAX_RUNS];
   double drains_u[BENCH_MAX_RUNS];
@@ -471,6 +500,11 @@ void bench_s3_pool_foreign(const bench_cfg_t* cfg) {
                          "pool submissions, foreign "
                          "thread -> 1 pool worker, vs naive",
                          "per 1000 tasks", BENCH_INFO, NAN, 0);
+  /* uvs_post's per-thread node lists, measured where they matter. */
+  post_row = bench_row("s8.post-foreign",
+                       "uvs_post vs intrusive uvs_schedule, both from a "
+                       "foreign thread, 1 pool worker",
+                       "ns/task", BENCH_INFO, NAN, 0);
   wakes_row = bench_row("s9.wakeups-foreign-pool",
                         "loop wake-ups, foreign "
                         "thread -> 1 pool worker, vs naive",
@@ -495,12 +529,15 @@ void bench_s3_pool_foreign(const bench_cfg_t* cfg) {
   rr.tasks = f.utasks;
 
   for (run = 0; run < cfg->runs; run++) {
-    u = r = l = NAN;
-    for (i = 0; i < 3; i++) {
-      if (bench_order(run, 3, i) == 2) {
+    u = r = l = p = NAN;
+    for (i = 0; i < 4; i++) {
+      if (bench_order(run, 4, i) == 3) {
+        p = bench_feed_run(&loop, &f, feed_posts, &cpu, "s3 uvs_post");
+        bench_note(cfg, "s3.post", run, p, "tasks/s");
+      } else if (bench_order(run, 4, i) == 2) {
         l = bench_rr_uvs(&rr, "s3 uvsched from the loop");
         bench_note(cfg, "s3.loop", run, l, "tasks/s");
-      } else if (bench_order(run, 3, i) == 0) {
+      } else if (bench_order(run, 4, i) == 0) {
         uvs_sched_stats(&sched, &st0);
         u = bench_feed_run(&loop, &f, bench_feed_uvs, &cpu, "s3 uvsched");
         uvs_sched_stats(&sched, &st1);
@@ -520,6 +557,7 @@ void bench_s3_pool_foreign(const bench_cfg_t* cfg) {
     }
     bench_row_add(row, u, r);
     bench_row_add(loop_row, 1e9 / u, 1e9 / l);
+    bench_row_add(post_row, 1e9 / p, 1e9 / u);
     bench_row_add(drains_row, drains_u[run], drains_n[run]);
     bench_row_add(wakes_row, wakes_u[run], wakes_n[run]);
   }

@@ -400,7 +400,6 @@ static unsigned turn(uvs_worker_t* w,
   unsigned* batch_len;
   uvs_task_t* t;
   uvs__queue_t posts;
-  uvs__queue_t* q;
   uvs__chain_t done;
   slice_t own;
   slice_t* sl;
@@ -438,8 +437,7 @@ static unsigned turn(uvs_worker_t* w,
   uvs__queue_init(&posts);
   uv_mutex_lock(&s->lock);
   for (;;) {
-    while ((q = uvs__queue_shift(&posts)) != NULL)
-      uvs__post_release(s, uvs__container_of(q, uvs_task_t, node));
+    uvs__post_release_all(s, &posts);
     if (ran >= budget || over)
       break;
     if ((w->flags & UVS__WF_CLOSING) && !(w->flags & UVS__WF_DRAIN)) {

@@ -32,8 +32,6 @@
 
 #include <sched.h>
 
-#define UVS__HAZARDS 128
-
 /* One cache line each: a cancel writes its own slot only. */
 struct uvs__hazard_s {
   uintptr_t worker; /* atomic: the worker a cancel uses, or 0 */
@@ -194,4 +192,9 @@ void uvs__hazard_wait_pins(uvs_worker_t* w) {
     while (__atomic_fetch_or(&slots[i].pin, 0, __ATOMIC_SEQ_CST) ==
            (uintptr_t) w)
       sched_yield();
+}
+
+
+int uvs__hazard_index(void) {
+  return own != NULL ? (int) (own - slots) : -1;
 }

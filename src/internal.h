@@ -248,20 +248,26 @@ void uvs__hazard_wait_cancels(uvs_worker_t* w);
  * (seq_cst). Pins of one worker nest. */
 int uvs__hazard_pin(uvs_worker_t* w);
 void uvs__hazard_unpin(void);
+/* The calling thread's slot, 0 to UVS__HAZARDS - 1, or -1 if it has none. */
+int uvs__hazard_index(void);
 /* Waits until no slot pins w; w->closed is stored (seq_cst). No lock
  * held. */
 void uvs__hazard_wait_pins(uvs_worker_t* w);
 
 /* ---- postpool.c: uvs_post's nodes -------------------------------------- */
-/* A node that runs fn(arg) with no done_cb, or NULL (out of memory). From
- * the scheduler's shared list under its lock, or, on the loop thread
- * (foreign = 0), from the loop's own list without it. */
+/* A node that runs fn(arg) with no done_cb, or NULL (out of memory). The
+ * caller pinned a worker of sched as `pinned` says (uvs__worker_pin): on
+ * the loop thread (UVS__PIN_NONE) the node comes from the loop's own list,
+ * on a thread with a hazard slot (UVS__PIN_SLOT) from that slot's list,
+ * each without the lock but once per UVS__POST_CHUNK nodes; otherwise from
+ * the shared list under the lock. */
 uvs_task_t* uvs__post_node(uvs_sched_t* sched,
-                           int foreign,
+                           int pinned,
                            void (*fn)(void* arg),
                            void* arg);
-/* Lock held. */
+/* Lock held: one node back, or all of a queue of them (a drain's batch). */
 void uvs__post_release(uvs_sched_t* sched, uvs_task_t* task);
+void uvs__post_release_all(uvs_sched_t* sched, uvs__queue_t* posts);
 void uvs__post_free_all(uvs_sched_t* sched);
 
 /* The files below are layered: each calls only files listed after it

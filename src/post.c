@@ -6,12 +6,12 @@
 int uvs_post(uvs_worker_t* w, void (*fn)(void* arg), void* arg) {
   uvs_sched_t* s;
   uvs_task_t* node;
-  int foreign;
+  int pinned;
   int err;
 
   if (w == NULL || fn == NULL)
     return UV_EINVAL;
-  if (uvs__worker_pin(w, &foreign) != 0)
+  if (uvs__worker_pin(w, &pinned) != 0)
     return UV_ESHUTDOWN;
   s = w->sched;
   /* As for uvs_schedule: a close that starts after this check sweeps the
@@ -19,7 +19,7 @@ int uvs_post(uvs_worker_t* w, void (*fn)(void* arg), void* arg) {
   err = UV_ESHUTDOWN;
   if (!uvs__shut(s, w)) {
     err = UV_ENOMEM;
-    node = uvs__post_node(s, foreign, fn, arg);
+    node = uvs__post_node(s, pinned, fn, arg);
     if (node != NULL) {
       err = uvs__schedule_node(w, node);
       if (err != 0) {
@@ -30,6 +30,6 @@ int uvs_post(uvs_worker_t* w, void (*fn)(void* arg), void* arg) {
       }
     }
   }
-  uvs__worker_unpin(w, foreign);
+  uvs__worker_unpin(w, pinned);
   return err;
 }

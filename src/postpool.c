@@ -3,11 +3,14 @@
  * Nodes come from a per-scheduler free list that grows a chunk at a time
  * and is recycled after each run, so the steady state allocates nothing.
  * Chunks are freed when the scheduler closes. The free list is under the
- * scheduler's lock; the loop thread keeps a list of its own, refilled a
- * chunk's worth at a time.
+ * scheduler's lock; the loop thread keeps a list of its own, and so does
+ * each other thread that posts (by its hazard slot), refilled a chunk's
+ * worth at a time: a post takes the lock once per chunk, from any thread.
  */
 
 #include "internal.h"
+
+#include <string.h>
 
 #define UVS__POST_CHUNK 64
 
@@ -19,6 +22,11 @@ struct post_node_s {
   void (*fn)(void* arg);
   void* arg;
   post_node_t* next_free;
+  /* The first node of a chain on the shared list: the next chain, its
+   * last node, and how many nodes it holds. */
+  post_node_t* next_chain;
+  post_node_t* chain_tail;
+  unsigned chain_len;
 };
 
 struct post_chunk_s {
@@ -35,56 +43,102 @@ static void post_run(uvs_task_t* task) {
 }
 
 
-/* Lock held: a node from the shared free list, growing it if empty. */
-static post_node_t* node_get(uvs_sched_t* s) {
-  post_chunk_t* chunk;
-  post_node_t* node;
-  unsigned i;
-
-  if (s->post_free == NULL) {
-    chunk = uvs__malloc(sizeof(*chunk));
-    if (chunk == NULL)
-      return NULL;
-    chunk->next = s->post_chunks;
-    s->post_chunks = chunk;
-    for (i = 0; i < UVS__POST_CHUNK; i++) {
-      chunk->nodes[i].next_free = s->post_free;
-      s->post_free = &chunk->nodes[i];
-    }
-  }
-  node = s->post_free;
-  s->post_free = node->next_free;
-  return node;
+/* The shared free list is a list of chains: what one drain's batch
+ * released, or a new chunk. A thread's own list takes a whole chain at a
+ * time without walking it, so the lock is held for a few stores. Lock
+ * held for all three below. */
+static void chain_push(uvs_sched_t* s,
+                       post_node_t* head,
+                       post_node_t* tail,
+                       unsigned len) {
+  head->next_chain = s->post_free;
+  head->chain_tail = tail;
+  head->chain_len = len;
+  s->post_free = head;
 }
 
 
-/* Loop thread, no lock held: a node from the loop thread's own list, which
- * takes up to a chunk's worth from the shared one at a time, so that posts
- * from the loop take the lock once per UVS__POST_CHUNK. */
-static post_node_t* node_get_local(uvs_sched_t* s) {
-  post_node_t* first;
-  post_node_t* last;
+static int grow(uvs_sched_t* s) {
+  post_chunk_t* chunk;
   unsigned i;
 
-  first = s->post_local;
-  if (first != NULL) {
-    s->post_local = first->next_free;
-    return first;
+  chunk = uvs__malloc(sizeof(*chunk));
+  if (chunk == NULL)
+    return UV_ENOMEM;
+  chunk->next = s->post_chunks;
+  s->post_chunks = chunk;
+  for (i = 0; i + 1 < UVS__POST_CHUNK; i++)
+    chunk->nodes[i].next_free = &chunk->nodes[i + 1];
+  chunk->nodes[UVS__POST_CHUNK - 1].next_free = NULL;
+  chain_push(s, &chunk->nodes[0], &chunk->nodes[UVS__POST_CHUNK - 1],
+             UVS__POST_CHUNK);
+  return 0;
+}
+
+
+/* Whole chains, joined through next_free (NULL-terminated), until they hold
+ * a chunk's worth: a drain that keeps up with its producer releases short
+ * chains, and a producer that took one at a time would take the lock every
+ * few posts. Grows the pool only if nothing is free; NULL without memory. */
+static post_node_t* chains_pop(uvs_sched_t* s) {
+  post_node_t* first;
+  post_node_t* head;
+  post_node_t* tail;
+  unsigned n;
+
+  if (s->post_free == NULL && grow(s) != 0)
+    return NULL;
+  first = s->post_free;
+  tail = first->chain_tail;
+  n = first->chain_len;
+  s->post_free = first->next_chain;
+  while (n < UVS__POST_CHUNK && (head = s->post_free) != NULL) {
+    s->post_free = head->next_chain;
+    tail->next_free = head;
+    tail = head->chain_tail;
+    n += head->chain_len;
   }
-  uv_mutex_lock(&s->lock);
-  first = node_get(s);
-  if (first != NULL) {
-    /* More of the shared list, up to a chunk, comes along. */
-    last = first;
-    for (i = 1; i < UVS__POST_CHUNK && s->post_free != NULL; i++) {
-      last->next_free = s->post_free;
-      last = last->next_free;
-      s->post_free = last->next_free;
-    }
-    last->next_free = NULL;
-    s->post_local = first->next_free;
+  tail->next_free = NULL;
+  return first;
+}
+
+
+/* One node from the shared list. */
+static post_node_t* node_get(uvs_sched_t* s) {
+  post_node_t* head;
+  post_node_t* rest;
+
+  if (s->post_free == NULL && grow(s) != 0)
+    return NULL;
+  head = s->post_free;
+  if (head->chain_len > 1) {
+    rest = head->next_free;
+    rest->next_chain = head->next_chain;
+    rest->chain_tail = head->chain_tail;
+    rest->chain_len = head->chain_len - 1;
+    s->post_free = rest;
+  } else {
+    s->post_free = head->next_chain;
   }
-  uv_mutex_unlock(&s->lock);
+  return head;
+}
+
+
+/* No lock held: a node from a list of the caller's own (*list), which
+ * takes chains from the shared one when it runs dry, so that the caller
+ * takes the lock about once per UVS__POST_CHUNK posts. */
+static post_node_t* node_get_own(uvs_sched_t* s, void** list) {
+  post_node_t* first;
+
+  first = *list;
+  if (first == NULL) {
+    uv_mutex_lock(&s->lock);
+    first = chains_pop(s);
+    uv_mutex_unlock(&s->lock);
+    if (first == NULL)
+      return NULL;
+  }
+  *list = first->next_free;
   return first;
 }
 
@@ -93,8 +147,31 @@ void uvs__post_release(uvs_sched_t* s, uvs_task_t* task) {
   post_node_t* node;
 
   node = uvs__container_of(task, post_node_t, task);
-  node->next_free = s->post_free;
-  s->post_free = node;
+  node->next_free = NULL;
+  chain_push(s, node, node, 1);
+}
+
+
+void uvs__post_release_all(uvs_sched_t* s, uvs__queue_t* posts) {
+  post_node_t* head;
+  post_node_t* tail;
+  post_node_t* node;
+  uvs__queue_t* q;
+  unsigned len;
+
+  head = NULL;
+  tail = NULL;
+  len = 0;
+  while ((q = uvs__queue_shift(posts)) != NULL) {
+    node = uvs__container_of(q, post_node_t, task.node);
+    node->next_free = head;
+    if (head == NULL)
+      tail = node;
+    head = node;
+    len++;
+  }
+  if (head != NULL)
+    chain_push(s, head, tail, len);
 }
 
 
@@ -107,21 +184,28 @@ void uvs__post_free_all(uvs_sched_t* s) {
   }
   s->post_free = NULL;
   s->post_local = NULL;
+  memset(s->post_cache, 0, sizeof(s->post_cache));
 }
 
 
 uvs_task_t* uvs__post_node(uvs_sched_t* s,
-                           int foreign,
+                           int pinned,
                            void (*fn)(void* arg),
                            void* arg) {
   post_node_t* node;
+  int slot;
 
-  if (foreign) {
+  slot = pinned == UVS__PIN_SLOT ? uvs__hazard_index() : -1;
+  if (pinned == UVS__PIN_NONE) {
+    node = node_get_own(s, &s->post_local);
+  } else if (slot >= 0) {
+    /* The slot is this thread's while it lives, and the worker it pins
+     * keeps the scheduler, and so its nodes, alive. */
+    node = node_get_own(s, &s->post_cache[slot]);
+  } else {
     uv_mutex_lock(&s->lock);
     node = node_get(s);
     uv_mutex_unlock(&s->lock);
-  } else {
-    node = node_get_local(s);
   }
   if (node == NULL)
     return NULL;

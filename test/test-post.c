@@ -337,3 +337,52 @@ TEST_IMPL(post_from_callbacks) {
   TEST_CLOSE_SCHED_AND_LOOP(&loop, &sched, UVS_CANCEL);
   return 0;
 }
+
+
+/* A thread that posts from outside the loop keeps a list of free nodes of
+ * the scheduler. The scheduler's close frees the nodes: the same thread
+ * posting to a scheduler initialised anew in the same memory must not take
+ * a node from its old list (ASan: a use after free; a list kept in the
+ * thread rather than in the scheduler would), and its posts run. */
+static uv_sem_t step;
+static uv_sem_t stepped;
+static atomic_int post_errs;
+
+static void foreign_poster(void* arg) {
+  int round;
+  int i;
+
+  (void) arg;
+  for (round = 0; round < 2; round++) {
+    uv_sem_wait(&step);
+    for (i = 0; i < 100; i++)
+      if (uvs_post(&pool_w, record_fn, (void*) (intptr_t) i) != 0)
+        atomic_fetch_add(&post_errs, 1);
+    uv_sem_post(&stepped);
+  }
+}
+
+
+TEST_IMPL(post_foreign_cache_after_sched_close) {
+  uv_thread_t thread;
+  int round;
+
+  ASSERT_OK(uv_sem_init(&step, 0));
+  ASSERT_OK(uv_sem_init(&stepped, 0));
+  ASSERT_OK(uv_thread_create(&thread, foreign_poster, NULL));
+  for (round = 0; round < 2; round++) {
+    setup(NULL);
+    uv_sem_post(&step);
+    uv_sem_wait(&stepped);
+    ASSERT_OK(uv_run(&loop, UV_RUN_DEFAULT));
+    ASSERT_EQ(atomic_load(&fn_calls), 100 * (round + 1));
+    /* Scrub the scheduler's memory between rounds, as a reuse would. */
+    TEST_CLOSE_SCHED_AND_LOOP(&loop, &sched, UVS_CANCEL);
+    memset(&sched, 0xab, sizeof(sched));
+  }
+  ASSERT_OK(uv_thread_join(&thread));
+  ASSERT_EQ(atomic_load(&post_errs), 0);
+  uv_sem_destroy(&step);
+  uv_sem_destroy(&stepped);
+  return 0;
+}

@@ -89,6 +89,9 @@ struct uvs__queue_s {
   uvs_hist_t hist_wait;                                                       \
   uvs_hist_t hist_run;
 
+/* Threads that hold a hazard slot at once (src/hazard.c). */
+#define UVS__HAZARDS 128
+
 /* Most runners (uv_queue_work items that each serve ready pool workers in
  * turn) a scheduler has posted at once. */
 #define UVS__RUNNERS 16
@@ -111,7 +114,10 @@ struct uvs__queue_s {
   struct uvs__timers_s* timers;                                               \
   void* post_free;                                                            \
   void* post_chunks;                                                          \
-  void* post_local;     /* loop thread only: its own free nodes */            \
+  void* post_local; /* loop thread only: its own free nodes */                \
+  /* Free post nodes of each thread that posts from outside the loop, by      \
+   * its hazard slot: only that thread touches its entry. */                  \
+  void* post_cache[UVS__HAZARDS];                                             \
   uint64_t timer_due;   /* what the uv_timer is armed for */                  \
   uint64_t timer_asked; /* earliest due asked for since it was armed */       \
   uint64_t now;         /* atomic */                                          \
