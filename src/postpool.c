@@ -211,8 +211,11 @@ uvs_task_t* uvs__post_node(uvs_sched_t* s,
     return NULL;
   node->fn = fn;
   node->arg = arg;
-  /* What accept_now() doesn't set; the links it sets itself. */
+  /* What accept_now() doesn't set; the links it sets itself. A post has no
+   * key: on a wide worker it is ordered by its start only (the chunk's
+   * memory is malloc's, and would give it one). */
   node->task.run_cb = post_run;
   node->task.done_cb = NULL;
+  node->task.key = 0;
   return &node->task;
 }

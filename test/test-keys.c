@@ -10,6 +10,9 @@
 #include "task.h"
 
 #include <stdatomic.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 
 #define MAXN 1024
 #define NKEYS 8
@@ -551,6 +554,52 @@ TEST_IMPL(keys_width_requeue_self_then_cancel) {
   ASSERT_OK(uvs_worker_metrics(&worker, &m));
   ASSERT_UINT64_EQ(m.queued, 0);
   ASSERT_UINT64_EQ(m.running, 0);
+  TEST_CLOSE_SCHED_AND_LOOP(&loop, &sched, UVS_CANCEL);
+  return 0;
+}
+
+
+/* uvs_post onto a wide worker: posts have no key, so N of them run at
+ * once. The nodes come from malloc'd chunks; M_PERTURB fills those with
+ * garbage, so that a node whose key is left unset would carry one, and
+ * every post would wait for the one before it. */
+static atomic_int posts_at_once;
+static atomic_int posts_max;
+static atomic_int posts_done;
+static atomic_uint_fast64_t posts_end;
+
+static void post_wait_for_all(void* arg) {
+  uint_fast64_t end;
+  uint_fast64_t zero;
+  int n;
+
+  (void) arg;
+  n = atomic_fetch_add(&posts_at_once, 1) + 1;
+  if (n > atomic_load(&posts_max))
+    atomic_store(&posts_max, n);
+  zero = 0;
+  end = test_hrtime_ms() + 2000;
+  if (!atomic_compare_exchange_strong(&posts_end, &zero, end))
+    end = zero;
+  while (atomic_load(&posts_max) < WIDTH && test_hrtime_ms() < end)
+    test_spin_us(100);
+  atomic_fetch_sub(&posts_at_once, 1);
+  atomic_fetch_add(&posts_done, 1);
+}
+
+
+TEST_IMPL(keys_width_posts_have_no_key) {
+  int i;
+
+#ifdef M_PERTURB
+  ASSERT_EQ(mallopt(M_PERTURB, 0xab), 1);
+#endif
+  setup_width(UVS_POOL, WIDTH);
+  for (i = 0; i < WIDTH; i++)
+    ASSERT_OK(uvs_post(&worker, post_wait_for_all, NULL));
+  ASSERT_OK(uv_run(&loop, UV_RUN_DEFAULT));
+  ASSERT_EQ(atomic_load(&posts_done), WIDTH);
+  ASSERT_EQ(atomic_load(&posts_max), WIDTH);
   TEST_CLOSE_SCHED_AND_LOOP(&loop, &sched, UVS_CANCEL);
   return 0;
 }
