@@ -21,13 +21,28 @@ struct post_node_s {
   uvs_task_t task;
   void (*fn)(void* arg);
   void* arg;
-  post_node_t* next_free;
-  /* The first node of a chain on the shared list: the next chain, its
-   * last node, and how many nodes it holds. */
-  post_node_t* next_chain;
-  post_node_t* chain_tail;
-  unsigned chain_len;
 };
+
+/* While a node is free its task's links, unused then, hold the free list:
+ * node.next the next free node, and in the first node of a chain on the
+ * shared list node.prev the next chain, tnode.next the chain's last node
+ * and due its length. A node is 112 bytes, not two cache lines and a
+ * quarter. */
+static inline post_node_t* to_node(uvs__queue_t* q) {
+  return q == NULL ? NULL : uvs__container_of(q, post_node_t, task.node);
+}
+
+static inline uvs__queue_t* to_link(post_node_t* n) {
+  return n == NULL ? NULL : &n->task.node;
+}
+
+#define NEXT_FREE(n) to_node((n)->task.node.next)
+#define SET_NEXT_FREE(n, v) ((n)->task.node.next = to_link(v))
+#define NEXT_CHAIN(n) to_node((n)->task.node.prev)
+#define SET_NEXT_CHAIN(n, v) ((n)->task.node.prev = to_link(v))
+#define CHAIN_TAIL(n) to_node((n)->task.tnode.next)
+#define SET_CHAIN_TAIL(n, v) ((n)->task.tnode.next = to_link(v))
+#define CHAIN_LEN(n) ((n)->task.due)
 
 struct post_chunk_s {
   post_chunk_t* next;
@@ -51,9 +66,9 @@ static void chain_push(uvs_sched_t* s,
                        post_node_t* head,
                        post_node_t* tail,
                        unsigned len) {
-  head->next_chain = s->post_free;
-  head->chain_tail = tail;
-  head->chain_len = len;
+  SET_NEXT_CHAIN(head, (post_node_t*) s->post_free);
+  SET_CHAIN_TAIL(head, tail);
+  CHAIN_LEN(head) = len;
   s->post_free = head;
 }
 
@@ -68,15 +83,15 @@ static int grow(uvs_sched_t* s) {
   chunk->next = s->post_chunks;
   s->post_chunks = chunk;
   for (i = 0; i + 1 < UVS__POST_CHUNK; i++)
-    chunk->nodes[i].next_free = &chunk->nodes[i + 1];
-  chunk->nodes[UVS__POST_CHUNK - 1].next_free = NULL;
+    SET_NEXT_FREE(&chunk->nodes[i], &chunk->nodes[i + 1]);
+  SET_NEXT_FREE(&chunk->nodes[UVS__POST_CHUNK - 1], NULL);
   chain_push(s, &chunk->nodes[0], &chunk->nodes[UVS__POST_CHUNK - 1],
              UVS__POST_CHUNK);
   return 0;
 }
 
 
-/* Whole chains, joined through next_free (NULL-terminated), until they hold
+/* Whole chains, joined through their links (NULL-terminated), until they hold
  * a chunk's worth: a drain that keeps up with its producer releases short
  * chains, and a producer that took one at a time would take the lock every
  * few posts. Grows the pool only if nothing is free; NULL without memory. */
@@ -89,16 +104,16 @@ static post_node_t* chains_pop(uvs_sched_t* s) {
   if (s->post_free == NULL && grow(s) != 0)
     return NULL;
   first = s->post_free;
-  tail = first->chain_tail;
-  n = first->chain_len;
-  s->post_free = first->next_chain;
+  tail = CHAIN_TAIL(first);
+  n = (unsigned) CHAIN_LEN(first);
+  s->post_free = NEXT_CHAIN(first);
   while (n < UVS__POST_CHUNK && (head = s->post_free) != NULL) {
-    s->post_free = head->next_chain;
-    tail->next_free = head;
-    tail = head->chain_tail;
-    n += head->chain_len;
+    s->post_free = NEXT_CHAIN(head);
+    SET_NEXT_FREE(tail, head);
+    tail = CHAIN_TAIL(head);
+    n += (unsigned) CHAIN_LEN(head);
   }
-  tail->next_free = NULL;
+  SET_NEXT_FREE(tail, NULL);
   return first;
 }
 
@@ -111,14 +126,14 @@ static post_node_t* node_get(uvs_sched_t* s) {
   if (s->post_free == NULL && grow(s) != 0)
     return NULL;
   head = s->post_free;
-  if (head->chain_len > 1) {
-    rest = head->next_free;
-    rest->next_chain = head->next_chain;
-    rest->chain_tail = head->chain_tail;
-    rest->chain_len = head->chain_len - 1;
+  if (CHAIN_LEN(head) > 1) {
+    rest = NEXT_FREE(head);
+    SET_NEXT_CHAIN(rest, NEXT_CHAIN(head));
+    SET_CHAIN_TAIL(rest, CHAIN_TAIL(head));
+    CHAIN_LEN(rest) = CHAIN_LEN(head) - 1;
     s->post_free = rest;
   } else {
-    s->post_free = head->next_chain;
+    s->post_free = NEXT_CHAIN(head);
   }
   return head;
 }
@@ -138,7 +153,7 @@ static post_node_t* node_get_own(uvs_sched_t* s, void** list) {
     if (first == NULL)
       return NULL;
   }
-  *list = first->next_free;
+  *list = NEXT_FREE(first);
   return first;
 }
 
@@ -147,7 +162,7 @@ void uvs__post_release(uvs_sched_t* s, uvs_task_t* task) {
   post_node_t* node;
 
   node = uvs__container_of(task, post_node_t, task);
-  node->next_free = NULL;
+  SET_NEXT_FREE(node, NULL);
   chain_push(s, node, node, 1);
 }
 
@@ -164,7 +179,7 @@ void uvs__post_release_all(uvs_sched_t* s, uvs__queue_t* posts) {
   len = 0;
   while ((q = uvs__queue_shift(posts)) != NULL) {
     node = uvs__container_of(q, post_node_t, task.node);
-    node->next_free = head;
+    SET_NEXT_FREE(node, head);
     if (head == NULL)
       tail = node;
     head = node;

@@ -592,7 +592,8 @@ TEST_IMPL(keys_width_posts_have_no_key) {
   int i;
 
 #ifdef M_PERTURB
-  ASSERT_EQ(mallopt(M_PERTURB, 0xab), 1);
+  /* Not under ASan, whose malloc fills new memory with 0xbe anyway. */
+  (void) mallopt(M_PERTURB, 0xab);
 #endif
   setup_width(UVS_POOL, WIDTH);
   for (i = 0; i < WIDTH; i++)
