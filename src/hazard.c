@@ -25,7 +25,8 @@
  * free one at its first cancel and gives it back when it exits (a pthread
  * key's destructor). A close scans only as far as slots were ever taken.
  * Past UVS__HAZARDS threads at once, a cancel counts itself in a fallback
- * counter instead, which every close waits for, as all closes once did.
+ * counter instead, which every close waits for, as all closes once did,
+ * and a pin takes the worker's own count (worker->inflight).
  */
 
 #include "internal.h"
@@ -116,7 +117,7 @@ void uvs__hazard_protect(uvs__hazard_t* h, uvs_worker_t* w) {
   if (h == NULL)
     return; /* the fallback count covers every worker */
   /* Before the caller's check of the task; pairs with the read-modify-write
-   * in uvs__hazard_wait(). */
+   * in uvs__hazard_wait_cancels(). */
   __atomic_exchange_n(&h->worker, (uintptr_t) w, __ATOMIC_SEQ_CST);
 }
 

@@ -234,8 +234,9 @@ int uvs__keys_nonempty(uvs_worker_t* w);
 
 /* ---- hazard.c: what keeps a worker alive under a cancel or a pin ----- */
 typedef struct uvs__hazard_s uvs__hazard_t;
-/* The calling thread's hazard slot, for one cancel; NULL (without memory)
- * means a fallback that every close waits for. No lock needed. */
+/* The calling thread's hazard slot, for one cancel; NULL (every slot is
+ * held by a live thread) means a fallback that every close waits for. No
+ * lock needed. */
 uvs__hazard_t* uvs__hazard_enter(void);
 /* Names w as in use; then the caller checks that w is still the task's. */
 void uvs__hazard_protect(uvs__hazard_t* hazard, uvs_worker_t* w);
