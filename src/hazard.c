@@ -133,19 +133,28 @@ void uvs__hazard_leave(uvs__hazard_t* h) {
 }
 
 
-void uvs__hazard_wait_cancels(uvs_worker_t* w) {
+/* Waits until no slot names w in its cancel word (pins = 0) or its pin
+ * word (pins = 1). Each read is a read-modify-write that changes nothing:
+ * a caller whose slot it finds empty, or naming another worker, publishes
+ * later in the slot's order, and so sees what the closer did before (the
+ * tasks handed back, or w->closed stored) when it checks. */
+static void wait_unnamed(uvs_worker_t* w, int pins) {
+  uintptr_t* word;
   unsigned n;
   unsigned i;
 
-  /* Every task of w is handed back already. Each read is a read-modify-
-   * write that changes nothing: a cancel whose slot it finds empty (or
-   * naming another worker) publishes later in the slot's order, and so
-   * sees the tasks handed back when it checks. */
   n = __atomic_fetch_add(&slots_seen, 0, __ATOMIC_SEQ_CST);
-  for (i = 0; i < n; i++)
-    while (__atomic_fetch_or(&slots[i].worker, 0, __ATOMIC_SEQ_CST) ==
-           (uintptr_t) w)
+  for (i = 0; i < n; i++) {
+    word = pins ? &slots[i].pin : &slots[i].worker;
+    while (__atomic_fetch_or(word, 0, __ATOMIC_SEQ_CST) == (uintptr_t) w)
       sched_yield();
+  }
+}
+
+
+void uvs__hazard_wait_cancels(uvs_worker_t* w) {
+  /* Every task of w is handed back already. */
+  wait_unnamed(w, 0);
   while (__atomic_fetch_or(&fallback_active, 0, __ATOMIC_SEQ_CST) != 0)
     sched_yield();
 }
@@ -183,16 +192,8 @@ void uvs__hazard_unpin(void) {
 
 
 void uvs__hazard_wait_pins(uvs_worker_t* w) {
-  unsigned n;
-  unsigned i;
-
-  /* w->closed is stored already: a caller whose pin this misses pins later
-   * in the slot's order and sees the flag. */
-  n = __atomic_fetch_add(&slots_seen, 0, __ATOMIC_SEQ_CST);
-  for (i = 0; i < n; i++)
-    while (__atomic_fetch_or(&slots[i].pin, 0, __ATOMIC_SEQ_CST) ==
-           (uintptr_t) w)
-      sched_yield();
+  /* w->closed is stored already. */
+  wait_unnamed(w, 1);
 }
 
 
