@@ -334,7 +334,11 @@ static void put_back(uvs_worker_t* w,
 
 
 /* Is this lane not needed (lock held)? It also times its last task: the
- * ticks between two takes. */
+ * ticks between two takes. A lane's first take has nothing to time: it
+ * goes by what the last lane that timed a task found (the worker's
+ * lanes_short), so that a lane posted again after a slice of short tasks
+ * does not ask for another lane, which would ask for another, each
+ * costing a pool thread's wake-up and the lock's hand-over. */
 static int lane_spare(uvs_worker_t* w, uvs__lane_t* lane) {
   uint64_t now;
   uint64_t per_ms;
@@ -342,8 +346,12 @@ static int lane_spare(uvs_worker_t* w, uvs__lane_t* lane) {
 
   per_ms = uvs__load_rlx(&calib.per_ms);
   now = ticks();
-  short_task = per_ms != 0 && lane->tick_mark != 0 &&
-               now - lane->tick_mark < per_ms * UVS__LANE_SHORT_US / 1000;
+  if (per_ms == 0 || lane->tick_mark == 0) {
+    short_task = per_ms != 0 && w->lanes_short;
+  } else {
+    short_task = now - lane->tick_mark < per_ms * UVS__LANE_SHORT_US / 1000;
+    w->lanes_short = (unsigned) short_task;
+  }
   lane->tick_mark = now;
   lane->spare = short_task;
   return short_task && w->lanes_active > 1;

@@ -86,6 +86,7 @@ struct uvs__queue_s {
   struct uvs__keys_s* keys;       /* width > 1: lanes and the key table */    \
   struct uvs__queue_s kready;     /* width > 1: tasks lanes may start */      \
   unsigned lanes_active;          /* width > 1: lanes posted or running */    \
+  unsigned lanes_short; /* width > 1: the last task a lane timed was short */ \
   uvs_hist_t hist_wait;                                                       \
   uvs_hist_t hist_run;
 
