@@ -349,7 +349,9 @@ static int lane_spare(uvs_worker_t* w, uvs__lane_t* lane) {
   if (per_ms == 0 || lane->tick_mark == 0) {
     short_task = per_ms != 0 && w->lanes_short;
   } else {
-    short_task = now - lane->tick_mark < per_ms * UVS__LANE_SHORT_US / 1000;
+    short_task =
+        now - lane->tick_mark < per_ms * UVS__LANE_SHORT_US / 1000 *
+                                    (lane->taken > 1 ? lane->taken : 1);
     w->lanes_short = (unsigned) short_task;
   }
   lane->tick_mark = now;
@@ -368,12 +370,17 @@ static unsigned fill(uvs_worker_t* w,
   unsigned n;
 
   /* A lane takes one task at a time: tasks start in FIFO order across
-   * lanes, and none waits in one lane's batch while another lane idles. */
+   * lanes, and none waits in one lane's batch while another lane idles.
+   * But a lane alone whose tasks are short takes a batch: no other lane can
+   * start meanwhile (it would find the tasks short and end before taking
+   * one, and this lane asks for none), so the order holds, and the lock is
+   * taken once per batch instead of once per task. */
   if (lane != NULL) {
     if (lane_spare(w, lane))
       return 0;
     uvs__keys_intake(w);
-    max = 1;
+    if (!lane->spare || w->lanes_active != 1)
+      max = 1;
   }
   for (n = 0; n < max; n++) {
     if (lane != NULL)
@@ -385,6 +392,8 @@ static unsigned fill(uvs_worker_t* w,
     __atomic_store_n(&slots[n], t, __ATOMIC_RELAXED);
     t->node.prev = (uvs__queue_t*) ((uintptr_t) &slots[n] | 1);
   }
+  if (lane != NULL)
+    lane->taken = n;
   /* More than this lane can start: ask for another, up to the width. */
   if (lane != NULL && !lane->spare && !uvs__queue_empty(&w->kready) &&
       w->lanes_active < w->width && w->phase != UVS__P_READY)
@@ -416,6 +425,7 @@ static unsigned turn(uvs_worker_t* w,
   unsigned max;
   unsigned n;
   unsigned i;
+  unsigned k;
   int check;
   int over;
 
@@ -512,11 +522,11 @@ static unsigned turn(uvs_worker_t* w,
     uv_mutex_lock(&s->lock);
     if (i < n)
       put_back(w, slots, i, n);
-    if (lane != NULL) {
-      while (i-- > 0) {
-        if (lane->kent[i] != NULL)
-          uvs__keys_release(w, lane->kent[i]);
-      }
+    /* In the order the tasks ran: each key's next task joins the tail of
+     * kready as it would have, one task at a time. */
+    for (k = 0; lane != NULL && k < i; k++) {
+      if (lane->kent[k] != NULL)
+        uvs__keys_release(w, lane->kent[k]);
     }
     *batch = NULL;
     *batch_len = 0;

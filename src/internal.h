@@ -208,6 +208,7 @@ typedef struct uvs__lane_s {
   int active;
   int spare;          /* it ended because its tasks were short (drain.c) */
   uint64_t tick_mark; /* ticks() at its last take, or 0 */
+  unsigned taken;     /* tasks it took at its last take */
   uvs__kent_t* kent[UVS__BATCH]; /* the key entry of each slot's task */
 } uvs__lane_t;
 /* Everything below needs the scheduler's lock. */
