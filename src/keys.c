@@ -128,8 +128,8 @@ static uvs__kent_t* lookup(uvs__keys_t* k, uint64_t key) {
 }
 
 
-/* Doubles the table when chains grow long; without memory, chains just
- * grow longer. */
+/* Doubles the table when it holds more entries than buckets, so that a
+ * lookup walks about one entry; without memory, chains just grow longer. */
 static void maybe_grow(uvs__keys_t* k) {
   uvs__kent_t** old;
   uvs__kent_t** nb;
@@ -137,7 +137,7 @@ static void maybe_grow(uvs__keys_t* k) {
   size_t oldn;
   size_t i;
 
-  if (k->count <= 2 * k->nbuckets)
+  if (k->count <= k->nbuckets)
     return;
   nb = uvs__calloc(k->nbuckets * 2, sizeof(*nb));
   if (nb == NULL)
