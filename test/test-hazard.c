@@ -19,7 +19,7 @@ static uv_loop_t loop;
 static uvs_sched_t sched;
 static uvs_worker_t worker;
 static uvs_worker_t other; /* stands for a worker of another scheduler */
-static atomic_int held;    /* the helper's slot names worker */
+static uv_sem_t held;      /* the helper's slot names worker */
 static int hold_pin;       /* the helper pins instead of cancelling */
 static atomic_int released;
 static int released_at_close;
@@ -42,7 +42,7 @@ static void holder(void* arg) {
   (void) arg;
   if (hold_pin) {
     ASSERT_EQ(uvs__hazard_pin(&worker), 1);
-    atomic_store(&held, 1);
+    uv_sem_post(&held);
     uv_sleep(100);
     atomic_store(&released, 1);
     uvs__hazard_unpin();
@@ -51,7 +51,7 @@ static void holder(void* arg) {
   h = uvs__hazard_enter();
   ASSERT_PTR_NE(h, NULL);
   uvs__hazard_protect(h, &worker);
-  atomic_store(&held, 1);
+  uv_sem_post(&held);
   uv_sleep(100);
   atomic_store(&released, 1);
   uvs__hazard_leave(h);
@@ -64,14 +64,16 @@ static void close_waits_for_holder(void) {
   ASSERT_OK(uv_loop_init(&loop));
   ASSERT_OK(uvs_sched_init(&loop, &sched, NULL));
   ASSERT_OK(uvs_worker_init(&sched, &worker, UVS_POOL));
+  ASSERT_OK(uv_sem_init(&held, 0));
   ASSERT_OK(uv_thread_create(&t, holder, NULL));
-  while (!atomic_load(&held)) uv_sleep(1);
+  uv_sem_wait(&held);
   ASSERT_OK(uvs_worker_close(&worker, UVS_CANCEL, close_cb));
   ASSERT_OK(uv_run(&loop, UV_RUN_DEFAULT));
   /* The close called back only once the slot no longer named worker. */
   ASSERT_EQ(close_calls, 1);
   ASSERT_EQ(released_at_close, 1);
   ASSERT_OK(uv_thread_join(&t));
+  uv_sem_destroy(&held);
   ASSERT_OK(uv_loop_close(&loop));
 }
 
