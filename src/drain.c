@@ -160,19 +160,20 @@ static void finish_periodic(uvs_sched_t* s, uvs_worker_t* w, uvs_task_t* t) {
 }
 
 
-/* Counts a run in a field the drains of w write: one drain of a serial
- * worker at a time (a store will do), the lanes of a wide one at once. */
-static inline void count_run(uvs_worker_t* w, uint64_t* field) {
-  if (w->keys == NULL)
-    uvs__bump(field);
-  else
-    __atomic_fetch_add(field, 1, __ATOMIC_RELAXED);
-}
+/* Where a drain counts its runs: the worker's fields for a serial worker,
+ * whose drains run one at a time, or its own lane's for a wide one. Each
+ * field has one writer at a time, so a store will do; readers add the
+ * lanes' counts to the worker's (uvs__worker_ran). */
+typedef struct {
+  uint64_t* ran;
+  uint64_t* ended;
+} counts_t;
 
 
 /* Runs one task a drain took from its batch. No lock held. */
 static inline __attribute__((always_inline)) void run_one(uvs_sched_t* s,
                                                           uvs_worker_t* w,
+                                                          counts_t c,
                                                           uvs_task_t* t,
                                                           uvs__queue_t* posts,
                                                           uvs__chain_t* done) {
@@ -183,8 +184,8 @@ static inline __attribute__((always_inline)) void run_one(uvs_sched_t* s,
   if (t->done_cb == NULL) {
     /* Custody ends as run_cb is entered: count it now and never touch the
      * task again (a post node is ours: it is recycled after the run). */
-    count_run(w, &w->nran);
-    count_run(w, &w->nended_run);
+    uvs__bump(c.ran);
+    uvs__bump(c.ended);
     if (!(st & UVS__T_POST))
       uvs__store_rel(&t->state, UVS__T_FINISHED);
     uvs__tls.current = t;
@@ -203,18 +204,18 @@ static inline __attribute__((always_inline)) void run_one(uvs_sched_t* s,
   t->run_cb(t);
   rescheduled = uvs__tls.rescheduled;
   uvs__tls.current = NULL;
-  count_run(w, &w->nran);
+  uvs__bump(c.ran);
 
   if (rescheduled) {
     /* The task is in a new custody already; this one ends unhanded. */
-    count_run(w, &w->nended_run);
+    uvs__bump(c.ended);
     uvs__end_run(t);
   } else if (st & UVS__T_PERIODIC) {
     uv_mutex_lock(&s->lock);
     finish_periodic(s, w, t);
     uv_mutex_unlock(&s->lock);
   } else if (uvs__to_handback(t, 0)) {
-    count_run(w, &w->nended_run);
+    uvs__bump(c.ended);
     uvs__chain_add(done, t);
   }
 }
@@ -275,6 +276,7 @@ static int linger(uvs_sched_t* s, uvs_worker_t* w) {
  * the wait since it became ready and the run's length. */
 static void run_counted(uvs_sched_t* s,
                         uvs_worker_t* w,
+                        counts_t c,
                         uvs_task_t* t,
                         uvs__queue_t* posts,
                         uvs__chain_t* done) {
@@ -291,14 +293,14 @@ static void run_counted(uvs_sched_t* s,
     uvs__space_check(w, 0);
   __atomic_fetch_add(&w->running, 1, __ATOMIC_RELAXED);
   if (!w->metrics) {
-    run_one(s, w, t, posts, done);
+    run_one(s, w, c, t, posts, done);
   } else {
     start = uv_hrtime();
     ready = (uint32_t) t->status;
     uvs__hist_add(
         &w->hist_wait,
         (uint64_t) (uint32_t) ((uint32_t) (start / 1000) - ready) * 1000);
-    run_one(s, w, t, posts, done);
+    run_one(s, w, c, t, posts, done);
     uvs__hist_add(&w->hist_run, uv_hrtime() - start);
   }
   __atomic_fetch_sub(&w->running, 1, __ATOMIC_RELAXED);
@@ -418,6 +420,7 @@ static unsigned turn(uvs_worker_t* w,
   uvs_task_t* t;
   uvs__queue_t posts;
   uvs__chain_t done;
+  counts_t c;
   slice_t own;
   slice_t* sl;
   unsigned batch_max;
@@ -433,6 +436,8 @@ static unsigned turn(uvs_worker_t* w,
   slots = batch_slots;
   batch = lane != NULL ? &lane->batch : &w->batch;
   batch_len = lane != NULL ? &lane->batch_len : &w->batch_len;
+  c.ran = lane != NULL ? &lane->nran : &w->nran;
+  c.ended = lane != NULL ? &lane->nended_run : &w->nended_run;
   own.end_ns = 0;
   own.end_tick = 0;
   own.per_ms = 0;
@@ -500,9 +505,9 @@ static unsigned turn(uvs_worker_t* w,
         continue;
       }
       if (w->counting)
-        run_counted(s, w, t, &posts, &done);
+        run_counted(s, w, c, t, &posts, &done);
       else
-        run_one(s, w, t, &posts, &done);
+        run_one(s, w, c, t, &posts, &done);
       check = sl->end_ns != 0;
     }
     /* The batch's hand-backs in one go, in the order the tasks ran, before

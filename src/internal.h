@@ -209,6 +209,10 @@ typedef struct uvs__lane_s {
   int spare;          /* it ended because its tasks were short (drain.c) */
   uint64_t tick_mark; /* ticks() at its last take, or 0 */
   unsigned taken;     /* tasks it took at its last take */
+  /* Its runs, counted here rather than in the worker's fields, which the
+   * lanes would share (drain.c); written by the lane's drain only. */
+  uint64_t nran;
+  uint64_t nended_run;
   uvs__kent_t* kent[UVS__BATCH]; /* the key entry of each slot's task */
 } uvs__lane_t;
 /* Everything below needs the scheduler's lock. */
@@ -372,6 +376,12 @@ void uvs__turn_ended(uvs_worker_t* worker);
 void uvs__worker_close_sweep(uvs_worker_t* worker);
 /* Tasks accepted and not yet handed back (lock held). */
 uint64_t uvs__worker_pending(uvs_worker_t* worker);
+/* run_cb calls so far, its lanes' included. Lock held, or the worker
+ * pinned; once its close completed, the worker's own field has them all. */
+uint64_t uvs__worker_ran(uvs_worker_t* worker);
+/* A closing worker's lanes are done: their counts move to the worker's
+ * fields before the lanes are freed (lock held). */
+void uvs__worker_fold_counts(uvs_worker_t* worker);
 /* Lock held: is anything queued, in the inbox, the FIFO or kready? */
 static inline int uvs__worker_nonempty(uvs_worker_t* w) {
   return uvs__inbox_nonempty(w) || uvs__keys_nonempty(w);

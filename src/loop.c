@@ -382,6 +382,7 @@ static void complete_worker(uvs_sched_t* s, uvs_worker_t* w) {
   if (uvs__load_rlx(&s->state) != UVS__SS_OPEN && w->close_cb == NULL)
     uvs__queue_push(&s->closed, &w->list_node);
   s->stats.scheduled += w->nsched;
+  uvs__worker_fold_counts(w);
   s->stats.ran += uvs__load_acq(&w->nran);
   s->stats.cancelled += w->ncancelled;
   uvs__keys_free(w);

@@ -160,7 +160,7 @@ static void add_worker_stats(uvs__queue_t* list, uvs_stats_t* out) {
     w = uvs__container_of(q, uvs_worker_t, list_node);
     inbox = uvs__inbox_count(w);
     out->scheduled += w->nsched + inbox;
-    out->ran += uvs__load_acq(&w->nran);
+    out->ran += uvs__worker_ran(w);
     out->cancelled += w->ncancelled;
     out->pending += uvs__worker_pending(w) + inbox;
   }

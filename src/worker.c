@@ -56,10 +56,43 @@ void uvs__worker_unpin(uvs_worker_t* w, int pinned) {
 }
 
 
+/* The sum of a counter of the worker and the same counter of each lane. */
+static uint64_t lanes_sum(uvs_worker_t* w, size_t off) {
+  uint64_t n;
+  unsigned i;
+
+  n = 0;
+  for (i = 0; w->keys != NULL && i < w->width; i++)
+    n += uvs__load_acq((uint64_t*) ((char*) uvs__keys_lane(w, i) + off));
+  return n;
+}
+
+
 uint64_t uvs__worker_pending(uvs_worker_t* w) {
   /* A task is counted in nsched before a drain can take it, so this never
    * undercounts. Tasks still in the inbox are not included. */
-  return w->nsched - uvs__load_acq(&w->nended_run) - w->nended;
+  return w->nsched - uvs__load_acq(&w->nended_run) -
+         lanes_sum(w, offsetof(uvs__lane_t, nended_run)) - w->nended;
+}
+
+
+uint64_t uvs__worker_ran(uvs_worker_t* w) {
+  return uvs__load_acq(&w->nran) + lanes_sum(w, offsetof(uvs__lane_t, nran));
+}
+
+
+void uvs__worker_fold_counts(uvs_worker_t* w) {
+  uvs__lane_t* lane;
+  unsigned i;
+
+  for (i = 0; w->keys != NULL && i < w->width; i++) {
+    lane = uvs__keys_lane(w, i);
+    uvs__store_rel(&w->nran, uvs__load_rlx(&w->nran) + lane->nran);
+    uvs__store_rel(&w->nended_run,
+                   uvs__load_rlx(&w->nended_run) + lane->nended_run);
+    lane->nran = 0;
+    lane->nended_run = 0;
+  }
 }
 
 
@@ -474,7 +507,8 @@ int uvs_worker_metrics(const uvs_worker_t* worker, uvs_worker_metrics_t* out) {
     uv_mutex_lock(&s->lock);
   inbox = open ? uvs__inbox_count(w) : 0;
   out->scheduled = w->nsched + inbox;
-  out->ran = load64(&w->nran);
+  /* A closed worker's lanes may be freed: its own field counts them. */
+  out->ran = open ? uvs__worker_ran(w) : load64(&w->nran);
   out->dropped = w->ndropped;
   out->cancelled = w->ncancelled - w->ndropped;
   out->rejected = load64(&w->nrejected);

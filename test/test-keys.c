@@ -492,6 +492,53 @@ TEST_IMPL(keys_width_idle_keys_cost_nothing) {
 }
 
 
+/* The lanes of a wide worker count their runs apart: the worker's and the
+ * scheduler's figures add them up while the worker is open, and keep them
+ * once its close frees the lanes. */
+static uvs_worker_metrics_t closed_m;
+static int closed_calls;
+
+static void counts_closed(uvs_worker_t* w) {
+  ASSERT_OK(uvs_worker_metrics(w, &closed_m));
+  closed_calls++;
+}
+
+
+TEST_IMPL(keys_width_runs_counted_across_close) {
+  uvs_worker_metrics_t m;
+  uvs_stats_t st;
+  int i;
+
+  setup_width(UVS_POOL, WIDTH);
+  for (i = 0; i < 2 * MANY_KEYS; i++) {
+    ASSERT_OK(
+        uvs_task_init(&key_tasks[i], noop_run, i % 3 == 0 ? NULL : count_done));
+    ASSERT_OK(uvs_task_set_key(&key_tasks[i], (uint64_t) (i % 64)));
+    ASSERT_OK(uvs_schedule(&worker, &key_tasks[i]));
+  }
+  ASSERT_OK(uv_run(&loop, UV_RUN_DEFAULT));
+  ASSERT_OK(uvs_worker_metrics(&worker, &m));
+  ASSERT_UINT64_EQ(m.ran, 2 * MANY_KEYS);
+  uvs_sched_stats(&sched, &st);
+  ASSERT_UINT64_EQ(st.ran, 2 * MANY_KEYS);
+  ASSERT_UINT64_EQ(st.pending, 0);
+  ASSERT_UINT64_EQ(st.scheduled, st.ran + st.cancelled + st.pending);
+
+  ASSERT_OK(uvs_worker_close(&worker, UVS_DRAIN, counts_closed));
+  ASSERT_OK(uv_run(&loop, UV_RUN_NOWAIT));
+  ASSERT_OK(uv_run(&loop, UV_RUN_DEFAULT));
+  ASSERT_EQ(closed_calls, 1);
+  ASSERT_UINT64_EQ(closed_m.ran, 2 * MANY_KEYS);
+  ASSERT_OK(uvs_worker_metrics(&worker, &m));
+  ASSERT_UINT64_EQ(m.ran, 2 * MANY_KEYS);
+  uvs_sched_stats(&sched, &st);
+  ASSERT_UINT64_EQ(st.ran, 2 * MANY_KEYS);
+  ASSERT_UINT64_EQ(st.pending, 0);
+  TEST_CLOSE_SCHED_AND_LOOP(&loop, &sched, UVS_CANCEL);
+  return 0;
+}
+
+
 /* A keyed task that schedules itself again from its own run_cb and then
  * cancels that new custody (issue 13's stress run found it): the cancel
  * must let go only of what the queued instance holds. The running
