@@ -45,7 +45,7 @@ static uvs_task_t* take_oldest(uvs_worker_t* w) {
 
   if (w->keys != NULL) {
     uvs__inbox_flush(w);
-    uvs__keys_intake(w);
+    uvs__keys_intake(w, 1);
     return uvs__keys_take(w);
   }
   for (i = 0; i < w->batch_len; i++) {

@@ -23,6 +23,8 @@
 #define KCHUNK 64
 #define KBUCKETS 64
 #define SHIFT_SMALL (64 - 6) /* KBUCKETS is 2^6 */
+/* Intake stops once kready holds this many tasks (uvs__keys_intake). */
+#define INTAKE_AHEAD 48
 
 struct uvs__kent_s {
   struct uvs__kent_s* next; /* hash chain, or free list */
@@ -42,6 +44,7 @@ struct uvs__keys_s {
   size_t nbuckets;
   unsigned shift; /* 64 - log2(nbuckets): the hash's top bits index it */
   size_t count;   /* entries in the table */
+  size_t nready;  /* about how many tasks kready holds (see intake) */
   uvs__kent_t* free;
   kchunk_t* extra; /* chunks beyond the first, freed when no key is active */
   kchunk_t first;
@@ -208,6 +211,13 @@ static void ent_del(uvs__keys_t* k, uvs__kent_t* e) {
 }
 
 
+/* kready holds one task fewer. */
+static void ready_taken(uvs__keys_t* k) {
+  if (k->nready > 0)
+    k->nready--;
+}
+
+
 /* The task its key runs next. While queued a task's tnode is free (it is
  * used only in the timer wheel): the head keeps its entry there, so that
  * a lane finds it without a lookup. */
@@ -218,18 +228,29 @@ static void set_head(uvs__kent_t* e, uvs_task_t* t) {
 }
 
 
-int uvs__keys_intake(uvs_worker_t* w) {
+int uvs__keys_intake(uvs_worker_t* w, int all) {
   uvs__keys_t* k;
   uvs__kent_t* e;
   uvs_task_t* t;
 
   k = w->keys;
+  if (uvs__queue_empty(&w->kready))
+    k->nready = 0;
   for (;;) {
+    /* Only as far as lanes need to start tasks: the inbox keeps the rest,
+     * whose keys then get no entry yet. With many keys in the queue, the
+     * table stays about INTAKE_AHEAD entries and in cache, instead of one
+     * entry per key queued, each a cache miss to find. The count is a
+     * guide only (a cancel takes from kready without it): an empty kready
+     * always takes in more. */
+    if (!all && k->nready >= INTAKE_AHEAD)
+      return 0;
     t = uvs__inbox_take(w, 1);
     if (t == NULL)
       return 0;
     if (t->key == 0) {
       uvs__queue_push(&w->kready, &t->node);
+      k->nready++;
       continue;
     }
     e = lookup(k, t->key);
@@ -245,6 +266,7 @@ int uvs__keys_intake(uvs_worker_t* w) {
     }
     set_head(e, t);
     uvs__queue_push(&w->kready, &t->node);
+    k->nready++;
   }
 }
 
@@ -256,6 +278,7 @@ uvs_task_t* uvs__keys_pick(uvs_worker_t* w, uvs__kent_t** ent) {
   q = uvs__queue_shift(&w->kready);
   if (q == NULL)
     return NULL;
+  ready_taken(w->keys);
   t = uvs__container_of(q, uvs_task_t, node);
   *ent = NULL;
   if (t->key != 0) {
@@ -270,6 +293,7 @@ void uvs__keys_unpick(uvs_worker_t* w, uvs_task_t* t) {
   if (t->key != 0)
     ((uvs__kent_t*) t->tnode.next)->taken = 0;
   uvs__queue_unshift(&w->kready, &t->node);
+  w->keys->nready++;
 }
 
 
@@ -283,6 +307,7 @@ void uvs__keys_release(uvs_worker_t* w, uvs__kent_t* e) {
   }
   set_head(e, uvs__container_of(q, uvs_task_t, node));
   uvs__queue_push(&w->kready, q);
+  w->keys->nready++;
 }
 
 
@@ -310,6 +335,7 @@ uvs_task_t* uvs__keys_take(uvs_worker_t* w) {
 
   q = uvs__queue_shift(&w->kready);
   if (q != NULL) {
+    ready_taken(w->keys);
     t = uvs__container_of(q, uvs_task_t, node);
     uvs__keys_unlinked(w, t);
     return t;

@@ -186,6 +186,11 @@ void uvs__worker_close_sweep(uvs_worker_t* w) {
 
   s = w->sched;
   uvs__inbox_flush(w);
+  /* A wide worker's queued tasks go behind their keys first, so that each
+   * key's are handed back in schedule order: the older ones are in kready,
+   * behind their key or in a lane's batch. */
+  if (w->keys != NULL)
+    uvs__keys_intake(w, 1);
   while ((t = uvs__inbox_take(w, 1)) != NULL) {
     uvs__unqueued(w);
     uvs__drop(s, t, UV_ECANCELED);

@@ -539,6 +539,104 @@ TEST_IMPL(keys_width_runs_counted_across_close) {
 }
 
 
+/* A close hands back each key's queued tasks in schedule order, wherever
+ * they wait: behind their key, or still in the inbox (lanes take in only
+ * what they are about to start). Two lanes block in tasks of keys 1 and 2;
+ * key 1 has two tasks behind its entry, then come 60 other keys, then two
+ * more tasks of key 1, which the lanes have no reason to take in. */
+#define SWEEP_OTHERS 60
+
+static uvs_task_t sweep_blockers[2];
+static uvs_task_t sweep_key1[4];
+static uvs_task_t sweep_others[SWEEP_OTHERS];
+static uv_sem_t sweep_release;
+static uv_async_t sweep_started;
+static atomic_int sweep_nstarted;
+static int sweep_key1_done[4];
+static int sweep_nkey1;
+static int sweep_blockers_ok;
+
+static void sweep_block_run(uvs_task_t* task) {
+  (void) task;
+  atomic_fetch_add(&sweep_nstarted, 1);
+  ASSERT_OK(uv_async_send(&sweep_started));
+  uv_sem_wait(&sweep_release);
+}
+
+
+static void sweep_started_cb(uv_async_t* handle) {
+  (void) handle; /* it only wakes the loop */
+}
+
+
+static void sweep_blocker_done(uvs_task_t* task, int status) {
+  (void) task;
+  ASSERT_OK(status);
+  sweep_blockers_ok++;
+}
+
+
+static void sweep_key1_done_cb(uvs_task_t* task, int status) {
+  ASSERT_EQ(status, UV_ECANCELED);
+  sweep_key1_done[sweep_nkey1++] = (int) (task - sweep_key1);
+}
+
+
+static void sweep_other_done(uvs_task_t* task, int status) {
+  (void) task;
+  ASSERT(status == 0 || status == UV_ECANCELED);
+}
+
+
+TEST_IMPL(keys_width_close_hands_back_key_order) {
+  uint64_t end;
+  int i;
+
+  setup_width(UVS_POOL, 2);
+  ASSERT_OK(uv_sem_init(&sweep_release, 0));
+  ASSERT_OK(uv_async_init(&loop, &sweep_started, sweep_started_cb));
+  for (i = 0; i < 2; i++) {
+    ASSERT_OK(
+        uvs_task_init(&sweep_blockers[i], sweep_block_run, sweep_blocker_done));
+    ASSERT_OK(uvs_task_set_key(&sweep_blockers[i], (uint64_t) i + 1));
+  }
+  for (i = 0; i < 4; i++) {
+    ASSERT_OK(uvs_task_init(&sweep_key1[i], noop_run, sweep_key1_done_cb));
+    ASSERT_OK(uvs_task_set_key(&sweep_key1[i], 1));
+  }
+  for (i = 0; i < SWEEP_OTHERS; i++) {
+    ASSERT_OK(uvs_task_init(&sweep_others[i], noop_run, sweep_other_done));
+    ASSERT_OK(uvs_task_set_key(&sweep_others[i], (uint64_t) i + 3));
+  }
+  ASSERT_OK(uvs_schedule(&worker, &sweep_blockers[0]));
+  ASSERT_OK(uvs_schedule(&worker, &sweep_blockers[1]));
+  ASSERT_OK(uvs_schedule(&worker, &sweep_key1[0]));
+  ASSERT_OK(uvs_schedule(&worker, &sweep_key1[1]));
+  for (i = 0; i < SWEEP_OTHERS; i++)
+    ASSERT_OK(uvs_schedule(&worker, &sweep_others[i]));
+  ASSERT_OK(uvs_schedule(&worker, &sweep_key1[2]));
+  ASSERT_OK(uvs_schedule(&worker, &sweep_key1[3]));
+
+  /* Both blockers running: each counts, then wakes the loop. */
+  end = test_hrtime_ms() + 10000;
+  while (atomic_load(&sweep_nstarted) < 2 && test_hrtime_ms() < end)
+    ASSERT_GE(uv_run(&loop, UV_RUN_ONCE), 0);
+  ASSERT_EQ(atomic_load(&sweep_nstarted), 2);
+
+  ASSERT_OK(uvs_worker_close(&worker, UVS_CANCEL, NULL));
+  uv_sem_post(&sweep_release);
+  uv_sem_post(&sweep_release);
+  uv_close((uv_handle_t*) &sweep_started, NULL);
+  ASSERT_OK(uv_run(&loop, UV_RUN_DEFAULT));
+  ASSERT_EQ(sweep_blockers_ok, 2);
+  ASSERT_EQ(sweep_nkey1, 4);
+  for (i = 0; i < 4; i++) ASSERT_EQ(sweep_key1_done[i], i);
+  uv_sem_destroy(&sweep_release);
+  TEST_CLOSE_SCHED_AND_LOOP(&loop, &sched, UVS_CANCEL);
+  return 0;
+}
+
+
 /* A keyed task that schedules itself again from its own run_cb and then
  * cancels that new custody (issue 13's stress run found it): the cancel
  * must let go only of what the queued instance holds. The running
