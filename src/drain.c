@@ -91,6 +91,7 @@ typedef struct {
   uint64_t end_ns;   /* 0: no slice, the budget counts tasks */
   uint64_t end_tick; /* look at the real clock from this tick on */
   uint64_t per_ms;
+  uint64_t* mark; /* a runner's: ticks() as each batch starts (lock held) */
 } slice_t;
 
 
@@ -407,12 +408,14 @@ static unsigned fill(uvs_worker_t* w,
 /* Runs one turn of a worker: up to budget tasks, a batch at a time, or,
  * with budget 0, until the time slice passes (rs: a runner's slice, shared
  * by the workers it serves; NULL: a slice of its own). lane is NULL for a
- * serial worker. Returns the tasks it took. No lock held on entry or
- * exit. */
+ * serial worker. Returns the tasks it took. The scheduler's lock is held
+ * on entry and exit if held is set (a runner, which goes on to its next
+ * worker under the same hold), and on neither otherwise. */
 static unsigned turn(uvs_worker_t* w,
                      uvs__lane_t* lane,
                      slice_t* rs,
-                     unsigned budget) {
+                     unsigned budget,
+                     int held) {
   uvs_sched_t* s;
   uvs_task_t** slots;
   uvs_task_t*** batch;
@@ -441,6 +444,7 @@ static unsigned turn(uvs_worker_t* w,
   own.end_ns = 0;
   own.end_tick = 0;
   own.per_ms = 0;
+  own.mark = rs != NULL ? rs->mark : NULL;
   sl = &own;
   batch_max = UVS__BATCH;
   if (budget == 0) {
@@ -458,7 +462,8 @@ static unsigned turn(uvs_worker_t* w,
   done.newest = NULL;
   done.oldest = NULL;
   uvs__queue_init(&posts);
-  uv_mutex_lock(&s->lock);
+  if (!held)
+    uv_mutex_lock(&s->lock);
   for (;;) {
     uvs__post_release_all(s, &posts);
     if (ran >= budget || over)
@@ -469,6 +474,8 @@ static unsigned turn(uvs_worker_t* w,
     }
 
     max = budget - ran < batch_max ? budget - ran : batch_max;
+    if (sl->mark != NULL)
+      *sl->mark = ticks();
     n = fill(w, lane, slots, max);
     if (n == 0) {
       /* A runner with other workers waiting doesn't linger on this one. */
@@ -536,22 +543,64 @@ static unsigned turn(uvs_worker_t* w,
     *batch = NULL;
     *batch_len = 0;
   }
-  uv_mutex_unlock(&s->lock);
   uvs__tls.draining = 0;
+  if (!held)
+    uv_mutex_unlock(&s->lock);
   return ran;
 }
 
 
 void uvs__lane_turn(uvs__lane_t* lane) {
-  turn(lane->w, lane, NULL, lane->w->sched->budget);
+  turn(lane->w, lane, NULL, lane->w->sched->budget, 0);
 }
 
 
-void uvs__run_ready(uvs_sched_t* s, uvs_worker_t* first) {
+/* Were the tasks of a runner's last turn short: ran tasks in the ticks
+ * since t0, under UVS__LANE_SHORT_US each on average? */
+static int turn_short(uint64_t t0, unsigned ran) {
+  uint64_t per_ms;
+
+  per_ms = uvs__load_rlx(&calib.per_ms);
+  if (per_ms == 0)
+    return 0;
+  return ticks() - t0 <
+         per_ms * UVS__LANE_SHORT_US / 1000 * (ran > 1 ? ran : 1);
+}
+
+
+int uvs__runner_wanted(uvs_sched_t* s) {
+  uint64_t per_ms;
+  uint64_t now;
+  unsigned i;
+
+  /* As for lanes: runners share the lock and the ready list, so for short
+   * tasks a second one adds contention, not speed (s7: 100k workers cost
+   * 3x one worker per task with four runners on two cores, 1.6x with one).
+   * Long tasks are another matter: a runner inside one leaves the workers
+   * behind it waiting, so one that has been in the same batch for
+   * UVS__HELP_MS gets help. */
+  if (s->runners_busy == 0 || !s->runners_short)
+    return 1;
+  per_ms = uvs__load_rlx(&calib.per_ms);
+  if (per_ms == 0)
+    return 1;
+  now = ticks();
+  for (i = 0; i < s->nrunners; i++)
+    if ((s->runners_busy & (1u << i)) && s->runner_mark[i] != 0 &&
+        now - s->runner_mark[i] > per_ms * UVS__HELP_MS)
+      return 1;
+  return 0;
+}
+
+
+void uvs__run_ready(uvs_sched_t* s, uvs_worker_t* first, uint64_t* mark) {
   uvs__queue_t* q;
   uvs_worker_t* w;
   uint64_t epoch;
+  uint64_t t0;
   unsigned left;
+  unsigned ran;
+  int short_turn;
   slice_t sl;
 
   /* With a budget the runner runs that many tasks in all, as one drain
@@ -559,21 +608,29 @@ void uvs__run_ready(uvs_sched_t* s, uvs_worker_t* first) {
    * worker it served already and finds ready again waits for the next. */
   left = s->budget;
   sl.end_ns = 0;
+  sl.end_tick = 0;
+  sl.per_ms = 0;
   if (left == 0)
     slice_start(&sl);
+  sl.mark = mark;
   w = first;
   uv_mutex_lock(&s->lock);
   epoch = ++s->runner_epoch;
+  s->runners_in++;
+  /* The lock stays held from the end of one worker's turn to the first
+   * batch of the next: one acquisition per worker served, not three. */
   for (;;) {
     w->runner_epoch = epoch;
-    uv_mutex_unlock(&s->lock);
-    if (left == 0) {
-      turn(w, NULL, &sl, 0);
-    } else {
-      left -= turn(w, NULL, NULL, left);
-    }
-    uv_mutex_lock(&s->lock);
+    t0 = ticks();
+    ran = turn(w, NULL, &sl, left, 1);
+    if (left != 0)
+      left -= ran;
+    short_turn = turn_short(t0, ran);
+    s->runners_short = (unsigned) short_turn;
     uvs__turn_ended(w);
+    /* Short tasks and another runner at work: it serves the rest. */
+    if (short_turn && s->runners_in > 1)
+      break;
     q = NULL;
     if (s->budget != 0 ? left != 0 : !slice_over(&sl))
       q = s->ready.next != &s->ready ? s->ready.next : NULL;
@@ -585,6 +642,8 @@ void uvs__run_ready(uvs_sched_t* s, uvs_worker_t* first) {
     uvs__queue_remove(q);
     w->phase = UVS__P_POSTED;
   }
+  s->runners_in--;
+  *mark = 0;
   uv_mutex_unlock(&s->lock);
 }
 
@@ -607,15 +666,16 @@ void uvs__loop_turn(uvs_sched_t* s) {
     return; /* most calls from the async callback: only pool work */
   }
   sl.end_ns = 0;
+  sl.end_tick = 0;
+  sl.per_ms = 0;
+  sl.mark = NULL;
   if (s->budget == 0)
     slice_start(&sl);
   uvs__queue_move(&s->loop_ready, &turns);
   while ((q = uvs__queue_shift(&turns)) != NULL) {
     w = uvs__container_of(q, uvs_worker_t, ready_node);
     w->phase = UVS__P_POSTED;
-    uv_mutex_unlock(&s->lock);
-    turn(w, NULL, s->budget == 0 ? &sl : NULL, s->budget);
-    uv_mutex_lock(&s->lock);
+    turn(w, NULL, s->budget == 0 ? &sl : NULL, s->budget, 1);
     uvs__turn_ended(w);
     if (s->budget == 0 && slice_over(&sl)) {
       /* The ones left out, ahead of any that became ready since. */

@@ -320,8 +320,14 @@ void uvs__advance(uvs_sched_t* sched, uint64_t ms);
 void uvs__lane_turn(uvs__lane_t* lane);
 /* A runner (one uv_queue_work item): runs a turn of first, then of each
  * pool worker that is ready, oldest first, until none is or its time
- * slice has passed. Pool thread, no lock held. */
-void uvs__run_ready(uvs_sched_t* sched, uvs_worker_t* first);
+ * slice has passed, noting in *mark when each batch starts. Pool thread,
+ * no lock held. */
+void uvs__run_ready(uvs_sched_t* sched, uvs_worker_t* first, uint64_t* mark);
+/* Would one more runner pay (lock held)? Not while the runners find their
+ * tasks short, unless one has been in the same batch for UVS__HELP_MS:
+ * held up by a long task, while ready workers wait. */
+int uvs__runner_wanted(uvs_sched_t* sched);
+#define UVS__HELP_MS 2
 /* A loop turn: one turn of each loop worker ready now, within one time
  * slice for all (default budget) or budget tasks each. Loop thread. */
 void uvs__loop_turn(uvs_sched_t* sched);

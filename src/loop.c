@@ -154,10 +154,17 @@ static void lane_work(uv_work_t* req) {
 
 static void runner_work(uv_work_t* req) {
   uvs_sched_t* s;
+  size_t r;
 
   s = req->data;
+  r = (size_t) (req - s->runners);
   uvs__tls.pool = 1;
-  uvs__run_ready(s, s->runner_first[req - s->runners]);
+  uvs__run_ready(s, s->runner_first[r], &s->runner_mark[r]);
+}
+
+
+static void help_cb(uv_timer_t* handle) {
+  process(handle->data, 0);
 }
 
 
@@ -256,6 +263,13 @@ static void dispatch(uvs_sched_t* s) {
   }
   while (slot_free(s) && !uvs__queue_empty(&s->ready) &&
          (r = free_runner(s)) >= 0) {
+    if (!uvs__runner_wanted(s)) {
+      /* Look again in a while: a runner may yet be held up by a long task
+       * while these wait. */
+      if (!uv_is_active((uv_handle_t*) &s->help))
+        uv_timer_start(&s->help, help_cb, UVS__HELP_MS, 0);
+      break;
+    }
     q = uvs__queue_shift(&s->ready);
     w = uvs__container_of(q, uvs_worker_t, ready_node);
     w->phase = UVS__P_POSTED;
@@ -304,12 +318,7 @@ static void handle_closed(uv_handle_t* handle) {
   uvs__queue_t* q;
   uvs_worker_t* w;
 
-  if (handle->type == UV_ASYNC)
-    s = uvs__container_of(handle, uvs_sched_t, async);
-  else if (handle->type == UV_TIMER)
-    s = uvs__container_of(handle, uvs_sched_t, timer);
-  else
-    s = uvs__container_of(handle, uvs_sched_t, idle);
+  s = handle->data;
   if (--s->handles != 0)
     return;
 
@@ -425,6 +434,7 @@ static int close_handles(uvs_sched_t* s) {
   uv_close((uv_handle_t*) &s->async, handle_closed);
   uv_close((uv_handle_t*) &s->timer, handle_closed);
   uv_close((uv_handle_t*) &s->idle, handle_closed);
+  uv_close((uv_handle_t*) &s->help, handle_closed);
   return 1;
 }
 
@@ -498,7 +508,8 @@ static void process(uvs_sched_t* s, int what) {
   rearm_timer(s);
   more = (s->flags & UVS__SF_KICKED) || !uvs__queue_empty(&s->loop_ready) ||
          uvs__load_acq(&s->done_top) != NULL ||
-         (!uvs__queue_empty(&s->ready) && slot_free(s) && free_runner(s) >= 0);
+         (!uvs__queue_empty(&s->ready) && slot_free(s) && free_runner(s) >= 0 &&
+          uvs__runner_wanted(s));
   uv_mutex_unlock(&s->lock);
 
   if (more)
@@ -525,6 +536,14 @@ int uvs__loop_init(uv_loop_t* loop, uvs_sched_t* s) {
     return err;
   uv_timer_init(loop, &s->timer);
   uv_idle_init(loop, &s->idle);
+  uv_timer_init(loop, &s->help);
+  /* It only ever runs while a runner is in flight, which keeps the loop
+   * alive by itself. */
+  uv_unref((uv_handle_t*) &s->help);
+  s->async.data = s;
+  s->timer.data = s;
+  s->idle.data = s;
+  s->help.data = s;
   return 0;
 }
 

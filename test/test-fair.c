@@ -429,3 +429,75 @@ TEST_IMPL(max_concurrency_loop_not_capped) {
   uv_sem_destroy(&go);
   return 0;
 }
+
+
+/* Runners join in only where they pay: after short tasks one runner serves
+ * the ready workers alone. But a runner held up by a long task must not
+ * leave the workers behind it waiting: within a few ms another runner
+ * takes them. Worker 0's task waits for worker 1's, which is scheduled
+ * behind it while the runners know only short tasks; without that help it
+ * would wait until worker 0's task gave up (and the test fails). */
+static atomic_int helped;
+
+static void short_run_cb(uvs_task_t* task) {
+  (void) task;
+}
+
+
+static void waits_for_help_cb(uvs_task_t* task) {
+  uint64_t end;
+
+  (void) task;
+  end = test_hrtime_ms() + 10000;
+  while (!atomic_load(&helped) && test_hrtime_ms() < end) test_spin_us(100);
+  ASSERT(atomic_load(&helped));
+}
+
+
+static void helper_cb(uvs_task_t* task) {
+  (void) task;
+  atomic_store(&helped, 1);
+}
+
+
+static void calibrated_cb(uv_timer_t* handle) {
+  uv_close((uv_handle_t*) handle, NULL);
+}
+
+
+TEST_IMPL(runner_held_up_gets_help) {
+  uv_timer_t timer;
+  int round;
+  int i;
+
+  ASSERT_OK(uv_loop_init(&loop));
+  ASSERT_OK(uvs_sched_init(&loop, &sched, NULL));
+  for (i = 0; i < 6; i++)
+    ASSERT_OK(uvs_worker_init(&sched, &workers[i], UVS_POOL));
+  /* Drains learn the CPU's tick rate from two readings 20 ms apart
+   * (drain.c); until then they time nothing and every runner joins in.
+   * Round 0 takes the first reading, then real time passes. */
+  for (round = 0; round < 4; round++) {
+    if (round == 1) {
+      ASSERT_OK(uv_timer_init(&loop, &timer));
+      ASSERT_OK(uv_timer_start(&timer, calibrated_cb, 30, 0));
+      ASSERT_OK(uv_run(&loop, UV_RUN_DEFAULT));
+    }
+    /* Short tasks on four workers: the runners learn they are short. */
+    for (i = 0; i < 64; i++) {
+      ASSERT_OK(uvs_task_init(&tasks[2 + i % 4][i], short_run_cb, done_cb));
+      ASSERT_OK(uvs_schedule(&workers[2 + i % 4], &tasks[2 + i % 4][i]));
+    }
+    ASSERT_OK(uv_run(&loop, UV_RUN_DEFAULT));
+    atomic_store(&helped, 0);
+    ASSERT_OK(uvs_task_init(&tasks[0][round], waits_for_help_cb, done_cb));
+    ASSERT_OK(uvs_task_init(&tasks[1][round], helper_cb, done_cb));
+    ASSERT_OK(uvs_schedule(&workers[0], &tasks[0][round]));
+    ASSERT_OK(uvs_schedule(&workers[1], &tasks[1][round]));
+    ASSERT_OK(uv_run(&loop, UV_RUN_DEFAULT));
+    ASSERT(atomic_load(&helped));
+  }
+  ASSERT_EQ(done_calls, 4 * (64 + 2));
+  TEST_CLOSE_SCHED_AND_LOOP(&loop, &sched, UVS_CANCEL);
+  return 0;
+}

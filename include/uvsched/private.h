@@ -30,6 +30,13 @@ struct uvs__queue_s {
   uv_thread_t thread; /* its loop's thread, so callers need not read sched */ \
   unsigned closed;    /* atomic */                                            \
   unsigned flags;     /* atomic loads, stores under the lock */               \
+  /* 0.2 (uvs_worker_init_ex). Options, set at init. */                       \
+  int counting; /* max_pending or metrics: queued tasks are counted */        \
+  int metrics;                                                                \
+  unsigned width;                                                             \
+  unsigned on_full;                                                           \
+  size_t max_pending;                                                         \
+  struct uvs__keys_s* keys; /* width > 1: lanes and the key table */          \
   /* The fields each side writes per task or per batch are kept 64 bytes      \
    * apart from what the other side reads, so that they never share a cache   \
    * line, wherever the struct starts: a drain's writes don't evict what a    \
@@ -40,34 +47,30 @@ struct uvs__queue_s {
   unsigned state;                  /* atomic: idle or scheduled */            \
   unsigned inflight;               /* atomic: callers pinned by count */      \
   char pad_producer[64];                                                      \
-  /* Consumer side: under the scheduler's lock. */                            \
+  /* Consumer side: under the scheduler's lock. What a drain's visit          \
+   * touches comes first, in as few cache lines as it fits: a runner that     \
+   * serves thousands of workers finds each one cold. */                      \
   struct uvs__queue_s* inbox_head;                                            \
   struct uvs__queue_s inbox_stub;                                             \
-  struct uvs__queue_s fifo;    /* moved out of the inbox, unlinkable */       \
-  struct uvs__queue_s delayed; /* its tasks in the timer wheel */             \
+  struct uvs__queue_s fifo; /* moved out of the inbox, unlinkable */          \
   struct uvs__queue_s ready_node;                                             \
-  struct uvs__queue_s list_node;                                              \
   uvs_task_t** batch; /* the running drain's slots, or NULL */                \
   unsigned batch_len;                                                         \
   unsigned phase;        /* idle, ready or posted */                          \
   uint64_t runner_epoch; /* the last runner that served it */                 \
-  uv_work_t work;                                                             \
-  uvs_worker_close_cb close_cb;                                               \
+  uint64_t nsched;       /* accepted: delayed, or moved out of the inbox */   \
+  uint64_t nended;                                                            \
   /* Written by the one drain running (relaxed atomics). */                   \
   uint64_t nran;                                                              \
   uint64_t nended_run;                                                        \
   /* Under the lock. */                                                       \
-  uint64_t nsched; /* accepted: delayed, or moved out of the inbox */         \
-  uint64_t nended;                                                            \
   uint64_t ncancelled;                                                        \
-  /* 0.2 (uvs_worker_init_ex). Options, set at init. */                       \
-  size_t max_pending;                                                         \
+  struct uvs__queue_s delayed; /* its tasks in the timer wheel */             \
+  struct uvs__queue_s list_node;                                              \
+  uv_work_t work;                                                             \
+  uvs_worker_close_cb close_cb;                                               \
   size_t low_water;                                                           \
   uvs_worker_space_cb space_cb;                                               \
-  unsigned width;                                                             \
-  unsigned on_full;                                                           \
-  int metrics;                                                                \
-  int counting; /* max_pending or metrics: queued tasks are counted */        \
   /* Queued tasks, counted where a bound or metrics need it: in by            \
    * producers (atomic), out by the drain and by holders of the lock. */      \
   uint64_t q_in;                                                              \
@@ -83,7 +86,6 @@ struct uvs__queue_s {
   unsigned space_owed; /* under the lock */                                   \
   struct uvs__queue_s waiters;    /* uvs_schedule_wait callers, FIFO */       \
   struct uvs__queue_s space_node; /* on sched->space */                       \
-  struct uvs__keys_s* keys;       /* width > 1: lanes and the key table */    \
   struct uvs__queue_s kready;     /* width > 1: tasks lanes may start */      \
   unsigned lanes_active;          /* width > 1: lanes posted or running */    \
   unsigned lanes_short; /* width > 1: the last task a lane timed was short */ \
@@ -139,6 +141,11 @@ struct uvs__queue_s {
   unsigned space_any;    /* atomic: a worker was listed on space */           \
   unsigned runners_busy; /* bit per runner posted */                          \
   unsigned nrunners;     /* runners it may post: the pool's size, at most */  \
+  /* Runners join in only where they pay (drain.c, uvs__runner_wanted). */    \
+  unsigned runners_in;    /* inside uvs__run_ready() */                       \
+  unsigned runners_short; /* the last turn a runner timed was short */        \
+  uint64_t runner_mark[UVS__RUNNERS]; /* ticks at its batch's start, or 0 */  \
+  uv_timer_t help; /* looks again for a runner held up by a long task */      \
   int manual_clock;                                                           \
   uint64_t manual_now; /* atomic: ms, with manual_clock */
 
