@@ -581,6 +581,11 @@ int uvs__runner_wanted(uvs_sched_t* s) {
    * UVS__HELP_MS gets help. */
   if (s->runners_busy == 0 || !s->runners_short)
     return 1;
+  /* With linger_us, a drain that runs dry waits on its own worker for the
+   * next task: a hand-off to another worker wants a runner of its own, as
+   * the user asked for latency over CPU. */
+  if (s->linger_us != 0)
+    return 1;
   per_ms = uvs__load_rlx(&calib.per_ms);
   if (per_ms == 0)
     return 1;
