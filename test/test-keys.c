@@ -48,12 +48,33 @@ static unsigned width;
 static int check_window = 1;
 
 
-static void note_max(int n) {
+static void note_max_of(atomic_int* max, int n) {
   int m;
 
-  m = atomic_load(&inflight_max);
-  while (n > m && !atomic_compare_exchange_weak(&inflight_max, &m, n)) {
+  m = atomic_load(max);
+  while (n > m && !atomic_compare_exchange_weak(max, &m, n)) {
   }
+}
+
+
+static void note_max(int n) {
+  note_max_of(&inflight_max, n);
+}
+
+
+/* Spins until *max reaches want or 2 s after the first caller began: one
+ * deadline for all (*end, 0 until then), so that a worker that runs them
+ * one by one fails in 2 s rather than N * 2 s. */
+static void wait_for_max(atomic_int* max, int want, atomic_uint_fast64_t* end) {
+  uint_fast64_t deadline;
+  uint_fast64_t zero;
+
+  zero = 0;
+  deadline = test_hrtime_ms() + 2000;
+  if (!atomic_compare_exchange_strong(end, &zero, deadline))
+    deadline = zero;
+  while (atomic_load(max) < want && test_hrtime_ms() < deadline)
+    test_spin_us(100);
 }
 
 
@@ -285,19 +306,10 @@ static atomic_uint_fast64_t at_once_end; /* set by the first to start */
 
 static void wait_for_all_run(uvs_task_t* task) {
   item_t* it;
-  uint_fast64_t end;
-  uint_fast64_t zero;
 
   it = TEST_CONTAINER_OF(task, item_t, task);
   enter(it);
-  /* One deadline for all, so that a worker that runs them one by one
-   * fails in 2 s rather than N * 2 s. */
-  zero = 0;
-  end = test_hrtime_ms() + 2000;
-  if (!atomic_compare_exchange_strong(&at_once_end, &zero, end))
-    end = zero;
-  while (atomic_load(&inflight_max) < WIDTH && test_hrtime_ms() < end)
-    test_spin_us(100);
+  wait_for_max(&inflight_max, WIDTH, &at_once_end);
   leave(it);
 }
 
@@ -714,20 +726,9 @@ static atomic_int posts_done;
 static atomic_uint_fast64_t posts_end;
 
 static void post_wait_for_all(void* arg) {
-  uint_fast64_t end;
-  uint_fast64_t zero;
-  int n;
-
   (void) arg;
-  n = atomic_fetch_add(&posts_at_once, 1) + 1;
-  if (n > atomic_load(&posts_max))
-    atomic_store(&posts_max, n);
-  zero = 0;
-  end = test_hrtime_ms() + 2000;
-  if (!atomic_compare_exchange_strong(&posts_end, &zero, end))
-    end = zero;
-  while (atomic_load(&posts_max) < WIDTH && test_hrtime_ms() < end)
-    test_spin_us(100);
+  note_max_of(&posts_max, atomic_fetch_add(&posts_at_once, 1) + 1);
+  wait_for_max(&posts_max, WIDTH, &posts_end);
   atomic_fetch_sub(&posts_at_once, 1);
   atomic_fetch_add(&posts_done, 1);
 }
