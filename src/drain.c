@@ -24,74 +24,16 @@
 #define UVS__FIRST_BATCH 8
 
 /* The slice is checked before every task but the first, so the check has
- * to cost less than an empty task. uv_hrtime() costs 25-50 ns on the VMs
- * measured; the CPU's tick counter costs a third of that. The counter only
- * says when to look at the real clock: the slice ends by uv_hrtime(). Its
- * rate is learnt once per process, from two readings of both clocks at
- * least UVS__CALIBRATE_NS apart; until then, and where there is no such
- * counter, every check reads uv_hrtime(). */
-#define UVS__CALIBRATE_NS 20000000
-
-static inline uint64_t ticks(void) {
-#if defined(__x86_64__) || defined(__i386__)
-  return __builtin_ia32_rdtsc();
-#elif defined(__aarch64__)
-  uint64_t v;
-
-  __asm__ __volatile__("mrs %0, cntvct_el0" : "=r"(v));
-  return v;
-#else
-  return 0;
-#endif
-}
-
-static struct {
-  uint64_t hr0;    /* atomic: 0 until the first reading */
-  uint64_t tick0;  /* atomic: stored before hr0 is published */
-  uint64_t per_ms; /* atomic: ticks per ms; 0 = not known */
-} calib;
-
-
-/* Learns the tick rate from the first reading and one taken later. Any
- * thread; two threads racing store the same kind of value. */
-static void calibrate(uint64_t now_ns) {
-  uint64_t hr0;
-  uint64_t t0;
-  uint64_t t;
-  uint64_t rate;
-
-#if !defined(__x86_64__) && !defined(__i386__) && !defined(__aarch64__)
-  (void) now_ns;
-  return;
-#endif
-  t = ticks();
-  hr0 = uvs__load_acq(&calib.hr0);
-  if (hr0 == 0) {
-    uint64_t zero = 0;
-    /* The first to get here takes the first reading; a thread racing it
-     * may pair its own tick with the winner's time, a few us off. */
-    uvs__store_rlx(&calib.tick0, t);
-    __atomic_compare_exchange_n(&calib.hr0, &zero, now_ns, 0, __ATOMIC_RELEASE,
-                                __ATOMIC_RELAXED);
-    return;
-  }
-  t0 = uvs__load_rlx(&calib.tick0);
-  if (now_ns - hr0 < UVS__CALIBRATE_NS || t <= t0)
-    return;
-  rate = (t - t0) / ((now_ns - hr0) / 1000000);
-  /* A counter slower than 10 MHz or faster than 100 GHz is not one to
-   * trust; keep reading the real clock. */
-  if (rate < 10000 || rate > 100000000)
-    return;
-  uvs__store_rlx(&calib.per_ms, rate);
-}
-
-
+ * to cost less than an empty task: the CPU's tick counter (clock.c) says
+ * when to look at the real clock, and the slice ends by uv_hrtime(). Until
+ * the counter's rate is known, and where there is no counter, every check
+ * reads uv_hrtime(). */
 typedef struct {
   uint64_t end_ns;   /* 0: no slice, the budget counts tasks */
   uint64_t end_tick; /* look at the real clock from this tick on */
   uint64_t per_ms;
-  uint64_t* mark; /* a runner's: ticks() as each batch starts (lock held) */
+  uint64_t*
+      mark; /* a runner's: uvs__ticks() as each batch starts (lock held) */
 } slice_t;
 
 
@@ -100,12 +42,12 @@ static void slice_start(slice_t* sl) {
 
   now = uv_hrtime();
   sl->end_ns = now + UVS__SLICE_NS;
-  sl->per_ms = uvs__load_rlx(&calib.per_ms);
+  sl->per_ms = uvs__load_rlx(&uvs__clock_per_ms);
   if (sl->per_ms == 0) {
-    calibrate(now);
+    uvs__clock_learn();
     sl->end_tick = 0;
   } else {
-    sl->end_tick = ticks() + sl->per_ms;
+    sl->end_tick = uvs__ticks() + sl->per_ms;
   }
 }
 
@@ -114,13 +56,13 @@ static void slice_start(slice_t* sl) {
 static int slice_over(slice_t* sl) {
   uint64_t now;
 
-  if (sl->per_ms != 0 && ticks() < sl->end_tick)
+  if (sl->per_ms != 0 && uvs__ticks() < sl->end_tick)
     return 0;
   now = uv_hrtime();
   if (now >= sl->end_ns)
     return 1;
   if (sl->per_ms != 0)
-    sl->end_tick = ticks() + (sl->end_ns - now) * sl->per_ms / 1000000;
+    sl->end_tick = uvs__ticks() + (sl->end_ns - now) * sl->per_ms / 1000000;
   return 0;
 }
 
@@ -347,8 +289,8 @@ static int lane_spare(uvs_worker_t* w, uvs__lane_t* lane) {
   uint64_t per_ms;
   int short_task;
 
-  per_ms = uvs__load_rlx(&calib.per_ms);
-  now = ticks();
+  per_ms = uvs__load_rlx(&uvs__clock_per_ms);
+  now = uvs__ticks();
   if (per_ms == 0 || lane->tick_mark == 0) {
     short_task = per_ms != 0 && w->lanes_short;
   } else {
@@ -475,7 +417,7 @@ static unsigned turn(uvs_worker_t* w,
 
     max = budget - ran < batch_max ? budget - ran : batch_max;
     if (sl->mark != NULL)
-      *sl->mark = ticks();
+      *sl->mark = uvs__ticks();
     n = fill(w, lane, slots, max);
     if (n == 0) {
       /* A runner with other workers waiting doesn't linger on this one. */
@@ -560,10 +502,10 @@ void uvs__lane_turn(uvs__lane_t* lane) {
 static int turn_short(uint64_t t0, unsigned ran) {
   uint64_t per_ms;
 
-  per_ms = uvs__load_rlx(&calib.per_ms);
+  per_ms = uvs__load_rlx(&uvs__clock_per_ms);
   if (per_ms == 0)
     return 0;
-  return ticks() - t0 <
+  return uvs__ticks() - t0 <
          per_ms * UVS__LANE_SHORT_US / 1000 * (ran > 1 ? ran : 1);
 }
 
@@ -586,10 +528,10 @@ int uvs__runner_wanted(uvs_sched_t* s) {
    * the user asked for latency over CPU. */
   if (s->linger_us != 0)
     return 1;
-  per_ms = uvs__load_rlx(&calib.per_ms);
+  per_ms = uvs__load_rlx(&uvs__clock_per_ms);
   if (per_ms == 0)
     return 1;
-  now = ticks();
+  now = uvs__ticks();
   for (i = 0; i < s->nrunners; i++)
     if ((s->runners_busy & (1u << i)) && s->runner_mark[i] != 0 &&
         now - s->runner_mark[i] > per_ms * UVS__HELP_MS)
@@ -626,7 +568,7 @@ void uvs__run_ready(uvs_sched_t* s, uvs_worker_t* first, uint64_t* mark) {
    * batch of the next: one acquisition per worker served, not three. */
   for (;;) {
     w->runner_epoch = epoch;
-    t0 = ticks();
+    t0 = uvs__ticks();
     ran = turn(w, NULL, &sl, left, 1);
     if (left != 0)
       left -= ran;

@@ -51,6 +51,30 @@ void uvs__free(void* ptr);
 void uvs__alloc_fail_after(long n);
 unsigned long uvs__alloc_count(void);
 
+/* ---- clock.c: the CPU's tick counter ---------------------------------- */
+/* The counter: cheap, at a rate learnt at run time; 0 where there is none. */
+static inline uint64_t uvs__ticks(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  return __builtin_ia32_rdtsc();
+#elif defined(__aarch64__)
+  uint64_t v;
+
+  __asm__ __volatile__("mrs %0, cntvct_el0" : "=r"(v));
+  return v;
+#else
+  return 0;
+#endif
+}
+/* Ticks per ms, rounded down; 0 until learnt. A hint of when to read the
+ * real clock, never a time. */
+extern uint64_t uvs__clock_per_ms;
+/* Takes a reading of both clocks towards the rate (any thread). */
+void uvs__clock_learn(void);
+/* A time on the uv_hrtime() clock that is not earlier than the real time
+ * at the call, and at most a few us later: from the counter where it is
+ * trusted, else uv_hrtime() (any thread). */
+uint64_t uvs__hrtime_late(void);
+
 /* ---- queue.h: intrusive circular list ---------------------------------- */
 #include "queue.h"
 
