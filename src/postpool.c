@@ -58,18 +58,26 @@ static void post_run(uvs_task_t* task) {
 }
 
 
-/* The shared free list is a list of chains: what one drain's batch
+/* The shared free list is a FIFO of chains: what one drain's batch
  * released, or a new chunk. A thread's own list takes a whole chain at a
- * time without walking it, so the lock is held for a few stores. Lock
- * held for all three below. */
+ * time without walking it, so the lock is held for a few stores. Chains
+ * keep the order their nodes ran in and are taken in the order they were
+ * released, so a burst of posts reuses the nodes of the last burst in the
+ * order it used them: the memory is walked forwards, as for tasks in an
+ * array, and the CPU's prefetcher keeps up. Lock held for all three
+ * below. */
 static void chain_push(uvs_sched_t* s,
                        post_node_t* head,
                        post_node_t* tail,
                        unsigned len) {
-  SET_NEXT_CHAIN(head, (post_node_t*) s->post_free);
+  SET_NEXT_CHAIN(head, NULL);
   SET_CHAIN_TAIL(head, tail);
   CHAIN_LEN(head) = len;
-  s->post_free = head;
+  if (s->post_free == NULL)
+    s->post_free = head;
+  else
+    SET_NEXT_CHAIN((post_node_t*) s->post_free_last, head);
+  s->post_free_last = head;
 }
 
 
@@ -132,6 +140,8 @@ static post_node_t* node_get(uvs_sched_t* s) {
     SET_CHAIN_TAIL(rest, CHAIN_TAIL(head));
     CHAIN_LEN(rest) = CHAIN_LEN(head) - 1;
     s->post_free = rest;
+    if (s->post_free_last == head)
+      s->post_free_last = rest;
   } else {
     s->post_free = NEXT_CHAIN(head);
   }
@@ -179,14 +189,17 @@ void uvs__post_release_all(uvs_sched_t* s, uvs__queue_t* posts) {
   len = 0;
   while ((q = uvs__queue_shift(posts)) != NULL) {
     node = uvs__container_of(q, post_node_t, task.node);
-    SET_NEXT_FREE(node, head);
     if (head == NULL)
-      tail = node;
-    head = node;
+      head = node;
+    else
+      SET_NEXT_FREE(tail, node);
+    tail = node;
     len++;
   }
-  if (head != NULL)
+  if (head != NULL) {
+    SET_NEXT_FREE(tail, NULL);
     chain_push(s, head, tail, len);
+  }
 }
 
 
@@ -198,6 +211,7 @@ void uvs__post_free_all(uvs_sched_t* s) {
     uvs__free(chunk);
   }
   s->post_free = NULL;
+  s->post_free_last = NULL;
   s->post_local = NULL;
   memset(s->post_cache, 0, sizeof(s->post_cache));
 }

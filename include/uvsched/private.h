@@ -115,7 +115,8 @@ struct uvs__queue_s {
   struct uvs__queue_s wide_ready; /* wide workers wanting a lane */           \
   struct uvs__queue_s* done_top;  /* atomic: stack of handed-back tasks */    \
   struct uvs__timers_s* timers;                                               \
-  void* post_free;                                                            \
+  void* post_free;      /* FIFO of chains of free post nodes */               \
+  void* post_free_last; /* its last chain, if post_free is not NULL */        \
   void* post_chunks;                                                          \
   void* post_local; /* loop thread only: its own free nodes */                \
   /* Free post nodes of each thread that posts from outside the loop, by      \
