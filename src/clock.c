@@ -124,7 +124,8 @@ static void learn(uint64_t a, uint64_t ns, uint64_t b) {
 }
 
 
-void uvs__clock_learn(void) {
+/* A reading towards the rate; returns its uv_hrtime(). */
+static uint64_t learn_now(void) {
   uint64_t a;
   uint64_t ns;
   uint64_t b;
@@ -133,6 +134,12 @@ void uvs__clock_learn(void) {
   ns = uv_hrtime();
   b = uvs__ticks();
   learn(a, ns, b);
+  return ns;
+}
+
+
+void uvs__clock_learn(void) {
+  (void) learn_now();
 }
 
 
@@ -147,15 +154,18 @@ static uint64_t rebase(void) {
   uint64_t b;
   uint64_t mult;
 
+  mult = uvs__load_acq(&clock_mult);
+  if (mult == 0) {
+    base.span = 0;
+    /* Once the rate is learnt, no mult means a counter not trusted with
+     * estimates: the real clock, at its own cost and no more. */
+    if (uvs__load_rlx(&uvs__clock_per_ms) != 0)
+      return uv_hrtime();
+    return learn_now();
+  }
   a = uvs__ticks();
   ns = uv_hrtime();
   b = uvs__ticks();
-  mult = uvs__load_acq(&clock_mult);
-  if (mult == 0) {
-    learn(a, ns, b);
-    base.span = 0;
-    return ns;
-  }
   /* b's real time is not before ns: an estimate of it below ns would have
    * been early. A base over 64 ms old is too old to check. */
   if (base.span != 0 && b - base.tick < 64 * base.span && b >= base.tick &&
@@ -176,10 +186,12 @@ static uint64_t rebase(void) {
 uint64_t uvs__hrtime_late(void) {
   uint64_t t;
 
-  t = uvs__ticks();
-  /* A tick below the base (another core's counter, a little behind)
-   * wraps to a large difference: a new base. */
-  if (t - base.tick < base.span)
-    return estimate(t);
+  if (base.span != 0) {
+    t = uvs__ticks();
+    /* A tick below the base (another core's counter, a little behind)
+     * wraps to a large difference: a new base. */
+    if (t - base.tick < base.span)
+      return estimate(t);
+  }
   return rebase();
 }
