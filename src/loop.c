@@ -128,9 +128,14 @@ static void rearm_timer(uvs_sched_t* s) {
   }
   if (uv_is_active((uv_handle_t*) &s->timer) && s->timer_due == due)
     return;
-  /* libuv measures the timeout from its cached time. What is due already
-   * fires at the next timer phase; otherwise at least 1 ms, so that a clock
-   * that lags the real one can't make us spin. */
+  /* libuv measures the timeout from its cached time, which is as old as
+   * the loop iteration: armed from it, the timer would wake the poll as
+   * much later than due as the iteration had run. So the cached time is
+   * brought up to date first, once per arming. What is due already fires
+   * at the next timer phase; otherwise at least 1 ms, so that a clock that
+   * lags the real one can't make us spin. */
+  if (!s->manual_clock)
+    uv_update_time(s->loop);
   loop_now = uv_now(s->loop);
   if (due <= uvs__clock_ms(s))
     timeout = 0;

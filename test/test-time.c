@@ -585,3 +585,36 @@ TEST_IMPL(time_after_not_early_learnt_clock) {
   not_early(&pool_w);
   return 0;
 }
+
+
+/* A callback that held the loop up leaves libuv's cached time behind.
+ * A timer armed from that time would wake the poll as much later than due
+ * as the callback took; the scheduler brings the time up to date first. */
+static ttask_t after_block;
+
+static void block_then_schedule(uv_timer_t* handle) {
+  (void) handle;
+  test_spin_us(200000);
+  schedule_timed(&loop_w, &after_block, 0, 50);
+}
+
+
+TEST_IMPL(time_after_blocked_callback_not_late) {
+  uv_timer_t blocker;
+  uint64_t due;
+
+  setup(NULL);
+  ASSERT_OK(uv_timer_init(&loop, &blocker));
+  ASSERT_OK(uv_timer_start(&blocker, block_then_schedule, 0, 0));
+  ASSERT_OK(uv_run(&loop, UV_RUN_DEFAULT));
+  ASSERT_EQ(done_calls, 1);
+  due = after_block.t_call + 50 * 1000000u;
+  ASSERT_UINT64_GE(after_block.t_run, due);
+  /* About 1 ms late; armed from the stale time, 160 ms in one run. */
+  fprintf(stderr, "# late by %.3f ms\n",
+          (double) (after_block.t_run - due) / 1e6);
+  ASSERT_UINT64_LT(after_block.t_run - due, 50 * 1000000u);
+  uv_close((uv_handle_t*) &blocker, NULL);
+  TEST_CLOSE_SCHED_AND_LOOP(&loop, &sched, UVS_CANCEL);
+  return 0;
+}
