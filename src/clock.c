@@ -96,7 +96,14 @@ static void learn_rate(uint64_t a, uint64_t ns) {
   if (counter_trusted() && !uvs__load_acq(&first.distrusted)) {
     low = per_ms * (1.0 - 1.0 / 256);
     uvs__store_rlx(&clock_span, (uint64_t) low);
-    uvs__store_rel(&clock_mult, (uint64_t) (4294967296.0 * 1e6 / low) + 1);
+    __atomic_store_n(&clock_mult, (uint64_t) (4294967296.0 * 1e6 / low) + 1,
+                     __ATOMIC_SEQ_CST);
+    /* A thread that found an estimate early (with a rate another thread
+     * learnt a moment before) stores the flag, then clears mult. If that
+     * clear came before this store, this load sees the flag: either way
+     * mult ends 0. */
+    if (__atomic_load_n(&first.distrusted, __ATOMIC_SEQ_CST))
+      __atomic_store_n(&clock_mult, 0, __ATOMIC_SEQ_CST);
   }
   uvs__store_rlx(&uvs__clock_per_ms, (uint64_t) per_ms);
 }
@@ -170,8 +177,8 @@ static uint64_t rebase(void) {
    * been early. A base over 64 ms old is too old to check. */
   if (base.span != 0 && b - base.tick < 64 * base.span && b >= base.tick &&
       estimate(b) < ns) {
-    uvs__store_rel(&first.distrusted, 1);
-    uvs__store_rlx(&clock_mult, 0);
+    __atomic_store_n(&first.distrusted, 1, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&clock_mult, 0, __ATOMIC_SEQ_CST);
     base.span = 0;
     return ns;
   }
