@@ -44,9 +44,13 @@ static uvs_task_t* take_oldest(uvs_worker_t* w) {
   unsigned i;
 
   if (w->keys != NULL) {
+    /* What lanes took in is older than the inbox. No intake: it may need
+     * memory, and without it the eviction would find nothing. */
+    t = uvs__keys_take(w);
+    if (t != NULL)
+      return t;
     uvs__inbox_flush(w);
-    uvs__keys_intake(w, 1);
-    return uvs__keys_take(w);
+    return uvs__inbox_take(w, 1);
   }
   for (i = 0; i < w->batch_len; i++) {
     t = uvs__slot_steal(&w->batch[i]);

@@ -323,7 +323,7 @@ static unsigned fill(uvs_worker_t* w,
   if (lane != NULL) {
     if (lane_spare(w, lane))
       return 0;
-    uvs__keys_intake(w, 0);
+    uvs__keys_intake(w);
     if (!lane->spare || w->lanes_active != 1)
       max = 1;
   }

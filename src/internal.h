@@ -244,10 +244,10 @@ uvs__keys_t* uvs__keys_new(unsigned width);
 void uvs__keys_attach(uvs_worker_t* w, uvs__keys_t* keys);
 void uvs__keys_free(uvs_worker_t* w);
 uvs__lane_t* uvs__keys_lane(uvs_worker_t* w, unsigned i);
-/* Moves queued tasks to kready or behind their key: all of them, or (all
- * = 0) only until kready holds enough for the lanes. UV_ENOMEM if a key's
- * entry can't be had (the rest stays queued for a later try). */
-int uvs__keys_intake(uvs_worker_t* w, int all);
+/* Moves queued tasks to kready or behind their key, until kready holds
+ * enough for the lanes. UV_ENOMEM if a key's entry can't be had (the rest
+ * stays queued for a later try). */
+int uvs__keys_intake(uvs_worker_t* w);
 /* The next task a lane may start, and its key's entry (NULL: no key). */
 uvs_task_t* uvs__keys_pick(uvs_worker_t* w, uvs__kent_t** ent);
 /* A picked task that did not start goes back to the head of kready. */

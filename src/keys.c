@@ -228,7 +228,7 @@ static void set_head(uvs__kent_t* e, uvs_task_t* t) {
 }
 
 
-int uvs__keys_intake(uvs_worker_t* w, int all) {
+int uvs__keys_intake(uvs_worker_t* w) {
   uvs__keys_t* k;
   uvs__kent_t* e;
   uvs_task_t* t;
@@ -243,7 +243,7 @@ int uvs__keys_intake(uvs_worker_t* w, int all) {
      * entry per key queued, each a cache miss to find. The count is a
      * guide only (a cancel takes from kready without it): an empty kready
      * always takes in more. */
-    if (!all && k->nready >= INTAKE_AHEAD)
+    if (k->nready >= INTAKE_AHEAD)
       return 0;
     t = uvs__inbox_take(w, 1);
     if (t == NULL)

@@ -186,24 +186,28 @@ void uvs__worker_close_sweep(uvs_worker_t* w) {
 
   s = w->sched;
   uvs__inbox_flush(w);
-  /* A wide worker's queued tasks go behind their keys first, so that each
-   * key's are handed back in schedule order: the older ones are in kready,
-   * behind their key or in a lane's batch. */
-  if (w->keys != NULL)
-    uvs__keys_intake(w, 1);
-  while ((t = uvs__inbox_take(w, 1)) != NULL) {
-    uvs__unqueued(w);
-    uvs__drop(s, t, UV_ECANCELED);
-  }
-  /* Tasks of a running drain's batch that it has not taken yet. */
   if (w->keys == NULL) {
+    while ((t = uvs__inbox_take(w, 1)) != NULL) {
+      uvs__unqueued(w);
+      uvs__drop(s, t, UV_ECANCELED);
+    }
+    /* Tasks of a running drain's batch that it has not taken yet. */
     sweep_batch(w, w->batch, w->batch_len);
     return;
   }
+  /* A wide worker's, oldest first, so that each key's come back in
+   * schedule order: what lanes picked and have not started, then kready
+   * and the tasks behind their keys, then the inbox, which lanes take in
+   * from the head. Taking the inbox in first would need memory for its
+   * keys' entries, which a close must not. */
   for (i = 0; i < w->width; i++)
     sweep_batch(w, uvs__keys_lane(w, i)->batch,
                 uvs__keys_lane(w, i)->batch_len);
   while ((t = uvs__keys_take(w)) != NULL) {
+    uvs__unqueued(w);
+    uvs__drop(s, t, UV_ECANCELED);
+  }
+  while ((t = uvs__inbox_take(w, 1)) != NULL) {
     uvs__unqueued(w);
     uvs__drop(s, t, UV_ECANCELED);
   }

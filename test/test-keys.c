@@ -649,6 +649,52 @@ TEST_IMPL(keys_width_close_hands_back_key_order) {
 }
 
 
+/* The same when memory runs out in the close: a key table that needs a new
+ * chunk of entries to take in the inbox can't have it. A key's tasks still
+ * come back in schedule order, and each once. 80 other keys are more than
+ * the table's first 64 entries. */
+#define OOM_OTHERS 80
+
+static uvs_task_t oom_others[OOM_OTHERS];
+static int oom_others_back;
+
+static void oom_other_done(uvs_task_t* task, int status) {
+  (void) task;
+  ASSERT_EQ(status, UV_ECANCELED);
+  oom_others_back++;
+}
+
+
+TEST_IMPL(keys_width_close_no_memory_key_order) {
+  int i;
+
+  setup_width(UVS_POOL, 2);
+  for (i = 0; i < 2; i++) {
+    ASSERT_OK(uvs_task_init(&sweep_key1[i], noop_run, sweep_key1_done_cb));
+    ASSERT_OK(uvs_task_set_key(&sweep_key1[i], 1));
+  }
+  for (i = 0; i < OOM_OTHERS; i++) {
+    ASSERT_OK(uvs_task_init(&oom_others[i], noop_run, oom_other_done));
+    ASSERT_OK(uvs_task_set_key(&oom_others[i], (uint64_t) i + 3));
+  }
+  /* All in the inbox: no lane has run, the loop has not. */
+  ASSERT_OK(uvs_schedule(&worker, &sweep_key1[0]));
+  for (i = 0; i < OOM_OTHERS; i++)
+    ASSERT_OK(uvs_schedule(&worker, &oom_others[i]));
+  ASSERT_OK(uvs_schedule(&worker, &sweep_key1[1]));
+
+  uvs__alloc_fail_after(0);
+  ASSERT_OK(uvs_worker_close(&worker, UVS_CANCEL, NULL));
+  ASSERT_OK(uv_run(&loop, UV_RUN_DEFAULT));
+  uvs__alloc_fail_after(-1);
+  ASSERT_EQ(oom_others_back, OOM_OTHERS);
+  ASSERT_EQ(sweep_nkey1, 2);
+  for (i = 0; i < 2; i++) ASSERT_EQ(sweep_key1_done[i], i);
+  TEST_CLOSE_SCHED_AND_LOOP(&loop, &sched, UVS_CANCEL);
+  return 0;
+}
+
+
 /* A keyed task that schedules itself again from its own run_cb and then
  * cancels that new custody (issue 13's stress run found it): the cancel
  * must let go only of what the queued instance holds. The running
