@@ -290,6 +290,8 @@ static int lane_spare(uvs_worker_t* w, uvs__lane_t* lane) {
   int short_task;
 
   per_ms = uvs__load_rlx(&uvs__clock_per_ms);
+  if (per_ms == 0)
+    uvs__clock_learn(); /* with a budget, no slice learns it */
   now = uvs__ticks();
   if (per_ms == 0 || lane->tick_mark == 0) {
     short_task = per_ms != 0 && w->lanes_short;
@@ -503,8 +505,10 @@ static int turn_short(uint64_t t0, unsigned ran) {
   uint64_t per_ms;
 
   per_ms = uvs__load_rlx(&uvs__clock_per_ms);
-  if (per_ms == 0)
+  if (per_ms == 0) {
+    uvs__clock_learn(); /* with a budget, no slice learns it */
     return 0;
+  }
   return uvs__ticks() - t0 <
          per_ms * UVS__LANE_SHORT_US / 1000 * (ran > 1 ? ran : 1);
 }
