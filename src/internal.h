@@ -301,16 +301,18 @@ void uvs__post_release(uvs_sched_t* sched, uvs_task_t* task);
 void uvs__post_release_all(uvs_sched_t* sched, uvs__queue_t* posts);
 void uvs__post_free_all(uvs_sched_t* sched);
 
-/* The files below are layered: each calls only files listed after it
- * (and the leaves above), except that any may wake the loop with
- * uvs__kick() (loop.c), as libuv's threadpool.c calls uv_async_send().
+/* The files are layered: each calls only files listed after it, except
+ * that any may wake the loop with uvs__kick() (loop.c), as libuv's
+ * threadpool.c calls uv_async_send(). The last two lines are declared
+ * above, the rest below.
  *   sched.c task.c post.c   public entry points
  *   loop.c                  the loop thread's side: handles, process()
  *   drain.c                 drains and loop turns: running tasks
  *   worker.c                one worker's queue, delayed list, cancel, close
  *   bound.c                 bounds, space_cb, blocked producers, metrics
  *   handback.c              the end of custody: hand-back stack, deliver
- *   keys.c postpool.c hazard.c inbox.c wheel.c alloc.c    leaves
+ *   keys.c postpool.c hazard.c    lanes and keys; post nodes; hazard slots
+ *   inbox.c wheel.c clock.c alloc.c version.c    leaves
  */
 
 /* The scheduler's clock in ms: uv_hrtime(), or the manual clock. */
