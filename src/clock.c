@@ -81,7 +81,8 @@ static int counter_trusted(void) {
 }
 
 
-/* The rate from the first reading and a later one (a, ns, b). */
+/* The rate from the first reading and a later one: a uv_hrtime() reading
+ * ns that came after the tick a. */
 static void learn_rate(uint64_t a, uint64_t ns) {
   double per_ms;
   double low;

@@ -32,8 +32,7 @@ typedef struct {
   uint64_t end_ns;   /* 0: no slice, the budget counts tasks */
   uint64_t end_tick; /* look at the real clock from this tick on */
   uint64_t per_ms;
-  uint64_t*
-      mark; /* a runner's: uvs__ticks() as each batch starts (lock held) */
+  uint64_t* mark; /* a runner's: the tick each batch starts (lock held) */
 } slice_t;
 
 

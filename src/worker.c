@@ -179,6 +179,17 @@ static void sweep_batch(uvs_worker_t* w, uvs_task_t** batch, unsigned len) {
 }
 
 
+/* Hands back everything in w's inbox and FIFO, oldest first (lock held). */
+static void cancel_inbox(uvs_worker_t* w) {
+  uvs_task_t* t;
+
+  while ((t = uvs__inbox_take(w, 1)) != NULL) {
+    uvs__unqueued(w);
+    uvs__drop(w->sched, t, UV_ECANCELED);
+  }
+}
+
+
 void uvs__worker_close_sweep(uvs_worker_t* w) {
   uvs_sched_t* s;
   uvs_task_t* t;
@@ -187,10 +198,7 @@ void uvs__worker_close_sweep(uvs_worker_t* w) {
   s = w->sched;
   uvs__inbox_flush(w);
   if (w->keys == NULL) {
-    while ((t = uvs__inbox_take(w, 1)) != NULL) {
-      uvs__unqueued(w);
-      uvs__drop(s, t, UV_ECANCELED);
-    }
+    cancel_inbox(w);
     /* Tasks of a running drain's batch that it has not taken yet. */
     sweep_batch(w, w->batch, w->batch_len);
     return;
@@ -207,10 +215,7 @@ void uvs__worker_close_sweep(uvs_worker_t* w) {
     uvs__unqueued(w);
     uvs__drop(s, t, UV_ECANCELED);
   }
-  while ((t = uvs__inbox_take(w, 1)) != NULL) {
-    uvs__unqueued(w);
-    uvs__drop(s, t, UV_ECANCELED);
-  }
+  cancel_inbox(w);
 }
 
 
