@@ -260,3 +260,118 @@ TEST_IMPL(hazard_fallback_when_slots_run_out) {
   uv_sem_destroy(&finish);
   return 0;
 }
+
+
+/* uvs_post from a thread with no slot takes the lock for each node, from
+ * the shared free list, splitting chains as it goes. Its nodes must come
+ * back there and be reused: a second round of as many posts allocates
+ * nothing, and every post runs once, in order. A task the producer holds
+ * the worker with keeps the round's posts queued, so the first round needs
+ * a node for each; one scheduled after a round runs once the drain has
+ * given the round's nodes back. */
+#define NPOSTS 1000
+
+static uv_sem_t round_done;
+static uv_sem_t unblock;
+static uv_sem_t settled;
+static uv_async_t posts_over;
+static uvs_task_t fbp_blocker;
+static uvs_task_t fbp_sentinel;
+static atomic_int fbp_next; /* the seq the next run must carry */
+static atomic_int fbp_bad;
+static unsigned long fbp_allocs[2];
+
+static void fbp_fn(void* arg) {
+  int seq;
+
+  seq = (int) (intptr_t) arg;
+  if (atomic_load(&fbp_next) != seq)
+    atomic_fetch_add(&fbp_bad, 1);
+  atomic_store(&fbp_next, seq + 1);
+  if ((seq + 1) % NPOSTS == 0)
+    uv_sem_post(&round_done);
+}
+
+
+static void fbp_block_run(uvs_task_t* t) {
+  (void) t;
+  uv_sem_wait(&unblock);
+}
+
+
+static void fbp_sentinel_run(uvs_task_t* t) {
+  (void) t;
+  uv_sem_post(&settled);
+}
+
+
+static void fbp_producer(void* arg) {
+  uvs__hazard_t* h;
+  unsigned long a0;
+  int round;
+  int i;
+
+  (void) arg;
+  h = uvs__hazard_enter();
+  fb_no_slot = h == NULL;
+  uvs__hazard_leave(h);
+  for (round = 0; round < 2; round++) {
+    ASSERT_OK(uvs_schedule(&worker, &fbp_blocker));
+    a0 = uvs__alloc_count();
+    for (i = 0; i < NPOSTS; i++)
+      ASSERT_OK(
+          uvs_post(&worker, fbp_fn, (void*) (intptr_t) (round * NPOSTS + i)));
+    fbp_allocs[round] = uvs__alloc_count() - a0;
+    uv_sem_post(&unblock);
+    uv_sem_wait(&round_done);
+    ASSERT_OK(uvs_schedule(&worker, &fbp_sentinel));
+    uv_sem_wait(&settled);
+  }
+  ASSERT_OK(uv_async_send(&posts_over));
+}
+
+
+static void fbp_over_cb(uv_async_t* handle) {
+  uv_close((uv_handle_t*) handle, NULL);
+  ASSERT_OK(uvs_sched_close(&sched, UVS_CANCEL, NULL));
+}
+
+
+TEST_IMPL(hazard_fallback_posts_recycle) {
+  uv_thread_t holders[NHOLDERS];
+  uv_thread_t producer;
+  int i;
+
+  ASSERT_OK(uv_sem_init(&taken, 0));
+  ASSERT_OK(uv_sem_init(&finish, 0));
+  ASSERT_OK(uv_sem_init(&round_done, 0));
+  ASSERT_OK(uv_sem_init(&unblock, 0));
+  ASSERT_OK(uv_sem_init(&settled, 0));
+  for (i = 0; i < NHOLDERS; i++)
+    ASSERT_OK(uv_thread_create(&holders[i], slot_holder, NULL));
+  for (i = 0; i < NHOLDERS; i++) uv_sem_wait(&taken);
+  ASSERT_OK(uvs_task_init(&fbp_blocker, fbp_block_run, NULL));
+  ASSERT_OK(uvs_task_init(&fbp_sentinel, fbp_sentinel_run, NULL));
+  ASSERT_OK(uv_loop_init(&loop));
+  ASSERT_OK(uvs_sched_init(&loop, &sched, NULL));
+  ASSERT_OK(uvs_worker_init(&sched, &worker, UVS_POOL));
+  ASSERT_OK(uv_async_init(&loop, &posts_over, fbp_over_cb));
+  ASSERT_OK(uv_thread_create(&producer, fbp_producer, NULL));
+  ASSERT_OK(uv_run(&loop, UV_RUN_DEFAULT));
+  ASSERT_OK(uv_thread_join(&producer));
+  ASSERT_EQ(fb_no_slot, 1);
+  ASSERT_EQ(atomic_load(&fbp_next), 2 * NPOSTS);
+  ASSERT_EQ(atomic_load(&fbp_bad), 0);
+  /* 64 nodes a chunk: the first round grows the pool, the second reuses. */
+  ASSERT_GE(fbp_allocs[0], (NPOSTS + 63) / 64);
+  ASSERT_EQ(fbp_allocs[1], 0);
+  ASSERT_OK(uv_loop_close(&loop));
+  for (i = 0; i < NHOLDERS; i++) uv_sem_post(&finish);
+  for (i = 0; i < NHOLDERS; i++) ASSERT_OK(uv_thread_join(&holders[i]));
+  uv_sem_destroy(&settled);
+  uv_sem_destroy(&unblock);
+  uv_sem_destroy(&round_done);
+  uv_sem_destroy(&taken);
+  uv_sem_destroy(&finish);
+  return 0;
+}
