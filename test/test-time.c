@@ -499,8 +499,9 @@ TEST_IMPL(periodic_first_run_after_delay) {
 
 
 /* uvs_schedule_after() takes its call time from the CPU's tick counter
- * once the counter's rate is learnt, 20 ms into the process (src/clock.c).
- * The tests above end sooner: these run long enough for the estimates. */
+ * once the counter's rate is learnt, from readings at least 20 ms apart
+ * (src/clock.c). The tests above end sooner: these run long enough for the
+ * estimates. Where the counter is not trusted, they check uv_hrtime(). */
 uint64_t uvs__hrtime_late(void);
 
 typedef struct {
