@@ -177,6 +177,38 @@ static void slot_holder(void* arg) {
 }
 
 
+/* Takes every slot with a thread of its own, and gives them back. */
+static void hold_all_slots(uv_thread_t* holders) {
+  int i;
+
+  ASSERT_OK(uv_sem_init(&taken, 0));
+  ASSERT_OK(uv_sem_init(&finish, 0));
+  for (i = 0; i < NHOLDERS; i++)
+    ASSERT_OK(uv_thread_create(&holders[i], slot_holder, NULL));
+  for (i = 0; i < NHOLDERS; i++) uv_sem_wait(&taken);
+}
+
+
+static void release_all_slots(uv_thread_t* holders) {
+  int i;
+
+  for (i = 0; i < NHOLDERS; i++) uv_sem_post(&finish);
+  for (i = 0; i < NHOLDERS; i++) ASSERT_OK(uv_thread_join(&holders[i]));
+  uv_sem_destroy(&taken);
+  uv_sem_destroy(&finish);
+}
+
+
+/* Notes whether the calling thread found no slot free. */
+static void note_no_slot(void) {
+  uvs__hazard_t* h;
+
+  h = uvs__hazard_enter();
+  fb_no_slot = h == NULL;
+  uvs__hazard_leave(h);
+}
+
+
 static void fb_run(uvs_task_t* t) {
   (void) t;
   atomic_fetch_add(&fb_runs, 1);
@@ -191,14 +223,11 @@ static void fb_done_cb(uvs_task_t* t, int status) {
 
 
 static void fb_producer(void* arg) {
-  uvs__hazard_t* h;
   int i;
   int err;
 
   (void) arg;
-  h = uvs__hazard_enter();
-  fb_no_slot = h == NULL;
-  uvs__hazard_leave(h);
+  note_no_slot();
   for (i = 0; i < NTASKS; i++) {
     err = uvs_schedule(&worker, &fb_tasks[i]);
     if (err == UV_ESHUTDOWN)
@@ -232,11 +261,7 @@ TEST_IMPL(hazard_fallback_when_slots_run_out) {
   uv_timer_t timer;
   int i;
 
-  ASSERT_OK(uv_sem_init(&taken, 0));
-  ASSERT_OK(uv_sem_init(&finish, 0));
-  for (i = 0; i < NHOLDERS; i++)
-    ASSERT_OK(uv_thread_create(&holders[i], slot_holder, NULL));
-  for (i = 0; i < NHOLDERS; i++) uv_sem_wait(&taken);
+  hold_all_slots(holders);
   for (i = 0; i < NTASKS; i++)
     ASSERT_OK(uvs_task_init(&fb_tasks[i], fb_run, fb_done_cb));
   ASSERT_OK(uv_loop_init(&loop));
@@ -254,10 +279,7 @@ TEST_IMPL(hazard_fallback_when_slots_run_out) {
   ASSERT_EQ(fb_done, atomic_load(&fb_accepted));
   ASSERT_EQ(fb_done - fb_cancelled, atomic_load(&fb_runs));
   ASSERT_OK(uv_loop_close(&loop));
-  for (i = 0; i < NHOLDERS; i++) uv_sem_post(&finish);
-  for (i = 0; i < NHOLDERS; i++) ASSERT_OK(uv_thread_join(&holders[i]));
-  uv_sem_destroy(&taken);
-  uv_sem_destroy(&finish);
+  release_all_slots(holders);
   return 0;
 }
 
@@ -306,15 +328,12 @@ static void fbp_sentinel_run(uvs_task_t* t) {
 
 
 static void fbp_producer(void* arg) {
-  uvs__hazard_t* h;
   unsigned long a0;
   int round;
   int i;
 
   (void) arg;
-  h = uvs__hazard_enter();
-  fb_no_slot = h == NULL;
-  uvs__hazard_leave(h);
+  note_no_slot();
   for (round = 0; round < 2; round++) {
     ASSERT_OK(uvs_schedule(&worker, &fbp_blocker));
     a0 = uvs__alloc_count();
@@ -340,16 +359,11 @@ static void fbp_over_cb(uv_async_t* handle) {
 TEST_IMPL(hazard_fallback_posts_recycle) {
   uv_thread_t holders[NHOLDERS];
   uv_thread_t producer;
-  int i;
 
-  ASSERT_OK(uv_sem_init(&taken, 0));
-  ASSERT_OK(uv_sem_init(&finish, 0));
   ASSERT_OK(uv_sem_init(&round_done, 0));
   ASSERT_OK(uv_sem_init(&unblock, 0));
   ASSERT_OK(uv_sem_init(&settled, 0));
-  for (i = 0; i < NHOLDERS; i++)
-    ASSERT_OK(uv_thread_create(&holders[i], slot_holder, NULL));
-  for (i = 0; i < NHOLDERS; i++) uv_sem_wait(&taken);
+  hold_all_slots(holders);
   ASSERT_OK(uvs_task_init(&fbp_blocker, fbp_block_run, NULL));
   ASSERT_OK(uvs_task_init(&fbp_sentinel, fbp_sentinel_run, NULL));
   ASSERT_OK(uv_loop_init(&loop));
@@ -366,12 +380,9 @@ TEST_IMPL(hazard_fallback_posts_recycle) {
   ASSERT_GE(fbp_allocs[0], (NPOSTS + 63) / 64);
   ASSERT_EQ(fbp_allocs[1], 0);
   ASSERT_OK(uv_loop_close(&loop));
-  for (i = 0; i < NHOLDERS; i++) uv_sem_post(&finish);
-  for (i = 0; i < NHOLDERS; i++) ASSERT_OK(uv_thread_join(&holders[i]));
+  release_all_slots(holders);
   uv_sem_destroy(&settled);
   uv_sem_destroy(&unblock);
   uv_sem_destroy(&round_done);
-  uv_sem_destroy(&taken);
-  uv_sem_destroy(&finish);
   return 0;
 }

@@ -568,6 +568,22 @@ static int sweep_key1_done[4];
 static int sweep_nkey1;
 static int sweep_blockers_ok;
 
+/* Initialises n tasks with key first_key + i * step. */
+static void init_keyed(uvs_task_t* tasks,
+                       int n,
+                       uvs_run_cb run,
+                       uvs_done_cb done,
+                       uint64_t first_key,
+                       uint64_t step) {
+  int i;
+
+  for (i = 0; i < n; i++) {
+    ASSERT_OK(uvs_task_init(&tasks[i], run, done));
+    ASSERT_OK(uvs_task_set_key(&tasks[i], first_key + (uint64_t) i * step));
+  }
+}
+
+
 static void sweep_block_run(uvs_task_t* task) {
   (void) task;
   atomic_fetch_add(&sweep_nstarted, 1);
@@ -607,19 +623,9 @@ TEST_IMPL(keys_width_close_hands_back_key_order) {
   setup_width(UVS_POOL, 2);
   ASSERT_OK(uv_sem_init(&sweep_release, 0));
   ASSERT_OK(uv_async_init(&loop, &sweep_started, sweep_started_cb));
-  for (i = 0; i < 2; i++) {
-    ASSERT_OK(
-        uvs_task_init(&sweep_blockers[i], sweep_block_run, sweep_blocker_done));
-    ASSERT_OK(uvs_task_set_key(&sweep_blockers[i], (uint64_t) i + 1));
-  }
-  for (i = 0; i < 4; i++) {
-    ASSERT_OK(uvs_task_init(&sweep_key1[i], noop_run, sweep_key1_done_cb));
-    ASSERT_OK(uvs_task_set_key(&sweep_key1[i], 1));
-  }
-  for (i = 0; i < SWEEP_OTHERS; i++) {
-    ASSERT_OK(uvs_task_init(&sweep_others[i], noop_run, sweep_other_done));
-    ASSERT_OK(uvs_task_set_key(&sweep_others[i], (uint64_t) i + 3));
-  }
+  init_keyed(sweep_blockers, 2, sweep_block_run, sweep_blocker_done, 1, 1);
+  init_keyed(sweep_key1, 4, noop_run, sweep_key1_done_cb, 1, 0);
+  init_keyed(sweep_others, SWEEP_OTHERS, noop_run, sweep_other_done, 3, 1);
   ASSERT_OK(uvs_schedule(&worker, &sweep_blockers[0]));
   ASSERT_OK(uvs_schedule(&worker, &sweep_blockers[1]));
   ASSERT_OK(uvs_schedule(&worker, &sweep_key1[0]));
@@ -669,14 +675,8 @@ TEST_IMPL(keys_width_close_no_memory_key_order) {
   int i;
 
   setup_width(UVS_POOL, 2);
-  for (i = 0; i < 2; i++) {
-    ASSERT_OK(uvs_task_init(&sweep_key1[i], noop_run, sweep_key1_done_cb));
-    ASSERT_OK(uvs_task_set_key(&sweep_key1[i], 1));
-  }
-  for (i = 0; i < OOM_OTHERS; i++) {
-    ASSERT_OK(uvs_task_init(&oom_others[i], noop_run, oom_other_done));
-    ASSERT_OK(uvs_task_set_key(&oom_others[i], (uint64_t) i + 3));
-  }
+  init_keyed(sweep_key1, 2, noop_run, sweep_key1_done_cb, 1, 0);
+  init_keyed(oom_others, OOM_OTHERS, noop_run, oom_other_done, 3, 1);
   /* All in the inbox: no lane has run, the loop has not. */
   ASSERT_OK(uvs_schedule(&worker, &sweep_key1[0]));
   for (i = 0; i < OOM_OTHERS; i++)
