@@ -7,6 +7,7 @@
 #include <stdlib.h>
 
 static long fail_after = -1;      /* atomic */
+static int fail_all;              /* atomic */
 static unsigned long alloc_count; /* atomic */
 
 
@@ -14,6 +15,8 @@ static int should_fail(void) {
   long n;
 
   __atomic_add_fetch(&alloc_count, 1, __ATOMIC_RELAXED);
+  if (__atomic_load_n(&fail_all, __ATOMIC_RELAXED))
+    return 1;
   n = __atomic_load_n(&fail_after, __ATOMIC_RELAXED);
   while (n >= 0) {
     if (__atomic_compare_exchange_n(&fail_after, &n, n - 1, 0, __ATOMIC_RELAXED,
@@ -50,6 +53,11 @@ void uvs__free(void* ptr) {
 
 void uvs__alloc_fail_after(long n) {
   __atomic_store_n(&fail_after, n < 0 ? -1 : n, __ATOMIC_RELAXED);
+}
+
+
+void uvs__alloc_fail_all(int on) {
+  __atomic_store_n(&fail_all, on != 0, __ATOMIC_RELAXED);
 }
 
 

@@ -47,8 +47,10 @@ void* uvs__malloc(size_t size);
 void* uvs__calloc(size_t count, size_t size);
 void uvs__free(void* ptr);
 /* Test hooks: make the n-th allocation from now fail (0 = the next one;
- * negative = never), and count allocations made so far. */
+ * negative = never), make every one fail until turned off (memory that
+ * stays short), and count allocations tried so far. */
 void uvs__alloc_fail_after(long n);
+void uvs__alloc_fail_all(int on);
 unsigned long uvs__alloc_count(void);
 
 /* ---- clock.c: the CPU's tick counter ---------------------------------- */

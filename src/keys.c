@@ -11,9 +11,12 @@
  * can't starve the others.
  *
  * Entries live in a hash table by exact key. An entry exists only while its
- * key has a task queued in kready or running; the table and entries beyond
- * the first chunk are freed whenever no key is active, so idle keys cost no
- * memory. Everything here needs the scheduler's lock.
+ * key has a task queued in kready or running. The worker's one block holds
+ * as many entries, and a power of two at least as many buckets, as can
+ * exist at once (KEYS_ACTIVE), so taking tasks in never allocates. Growth
+ * past that (chunks of entries, a larger bucket array) stays as a fallback
+ * in case the bound is wrong; it is freed whenever no key is active, so
+ * idle keys cost no memory. Everything here needs the scheduler's lock.
  */
 
 #include "internal.h"
@@ -21,10 +24,16 @@
 #include <string.h>
 
 #define KCHUNK 64
-#define KBUCKETS 64
-#define SHIFT_SMALL (64 - 6) /* KBUCKETS is 2^6 */
 /* Intake stops once kready holds this many tasks (uvs__keys_intake). */
 #define INTAKE_AHEAD 48
+/* The most entries that exist at once, for a worker of width n. An entry's
+ * head is in kready or picked by a lane. Intake adds an entry only while
+ * nready, which never counts fewer tasks than kready holds, is below
+ * INTAKE_AHEAD, so at most that many heads are in kready when it does.
+ * Lanes hold at most UVS__BATCH picked tasks between them, plus one per
+ * other lane: only a lane running alone takes a batch, and another lane
+ * takes one task at a time until that lane ends. */
+#define KEYS_ACTIVE(n) ((size_t) INTAKE_AHEAD + UVS__BATCH + (n))
 
 struct uvs__kent_s {
   struct uvs__kent_s* next; /* hash chain, or free list */
@@ -46,28 +55,65 @@ struct uvs__keys_s {
   size_t count;   /* entries in the table */
   size_t nready;  /* about how many tasks kready holds (see intake) */
   uvs__kent_t* free;
-  kchunk_t* extra; /* chunks beyond the first, freed when no key is active */
-  kchunk_t first;
-  uvs__kent_t* small[KBUCKETS];
+  kchunk_t* extra; /* fallback chunks, freed when no key is active */
+  /* In the same block, after the lanes: */
+  uvs__kent_t* first;  /* nfirst entries, KEYS_ACTIVE(width) */
+  uvs__kent_t** small; /* nsmall buckets, the table's size at rest */
+  size_t nfirst;
+  size_t nsmall;
+  unsigned shift_small;
   uvs__lane_t lanes[];
 };
 
 
+/* Every entry of the worker's own block on the free list, in order. */
+static void free_list_reset(uvs__keys_t* k) {
+  size_t i;
+
+  k->free = NULL;
+  for (i = k->nfirst; i-- > 0;) {
+    k->first[i].next = k->free;
+    k->free = &k->first[i];
+  }
+}
+
+
 uvs__keys_t* uvs__keys_new(unsigned width) {
   uvs__keys_t* k;
-  unsigned i;
+  size_t nfirst;
+  size_t nsmall;
+  size_t size;
+  size_t per;
+  unsigned shift;
 
-  k = uvs__malloc(sizeof(*k) + width * sizeof(k->lanes[0]));
+  nfirst = KEYS_ACTIVE(width);
+  nsmall = 64;
+  shift = 64 - 6;
+  while (nsmall < nfirst) {
+    nsmall *= 2;
+    shift--;
+  }
+  /* Entries and buckets go after the lanes; all three hold pointers, so
+   * each part stays aligned. Only a 32-bit size_t can overflow here. */
+  per = sizeof(k->lanes[0]) + 3 * sizeof(uvs__kent_t);
+  size = (size_t) width * per;
+  if (size / per != width || size > SIZE_MAX / 2)
+    return NULL;
+  size = sizeof(*k) + width * sizeof(k->lanes[0]) +
+         nfirst * sizeof(uvs__kent_t) + nsmall * sizeof(uvs__kent_t*);
+  k = uvs__malloc(size);
   if (k == NULL)
     return NULL;
-  memset(k, 0, sizeof(*k) + width * sizeof(k->lanes[0]));
+  memset(k, 0, size);
+  k->first = (uvs__kent_t*) (void*) &k->lanes[width];
+  k->small = (uvs__kent_t**) (void*) &k->first[nfirst];
+  k->nfirst = nfirst;
+  k->nsmall = nsmall;
+  k->shift_small = shift;
   k->buckets = k->small;
-  k->nbuckets = KBUCKETS;
-  k->shift = SHIFT_SMALL;
-  for (i = 0; i < KCHUNK; i++) {
-    k->first.ent[i].next = k->free;
-    k->free = &k->first.ent[i];
-  }
+  k->nbuckets = nsmall;
+  k->shift = shift;
+  free_list_reset(k);
   return k;
 }
 
@@ -82,14 +128,13 @@ void uvs__keys_attach(uvs_worker_t* w, uvs__keys_t* k) {
 
 static void free_extra(uvs__keys_t* k) {
   kchunk_t* c;
-  unsigned i;
 
   if (k->buckets != k->small) {
     uvs__free(k->buckets);
     k->buckets = k->small;
-    k->nbuckets = KBUCKETS;
-    k->shift = SHIFT_SMALL;
-    memset(k->small, 0, sizeof(k->small));
+    k->nbuckets = k->nsmall;
+    k->shift = k->shift_small;
+    memset(k->small, 0, k->nsmall * sizeof(k->small[0]));
   }
   if (k->extra == NULL)
     return;
@@ -97,11 +142,7 @@ static void free_extra(uvs__keys_t* k) {
     k->extra = c->next;
     uvs__free(c);
   }
-  k->free = NULL;
-  for (i = 0; i < KCHUNK; i++) {
-    k->first.ent[i].next = k->free;
-    k->free = &k->first.ent[i];
-  }
+  free_list_reset(k);
 }
 
 
@@ -166,7 +207,7 @@ static void maybe_grow(uvs__keys_t* k) {
   if (old != k->small)
     uvs__free(old);
   else
-    memset(k->small, 0, sizeof(k->small));
+    memset(k->small, 0, oldn * sizeof(k->small[0]));
 }
 
 

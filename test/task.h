@@ -174,6 +174,7 @@ static inline void test_close_cb_counter(uvs_sched_t* sched) {
  * and the static uvsched_internal exports; declared again here so that
  * tests depend on nothing else internal. */
 void uvs__alloc_fail_after(long n);
+void uvs__alloc_fail_all(int on);
 unsigned long uvs__alloc_count(void);
 
 #endif /* UVSCHED_TEST_TASK_H_ */

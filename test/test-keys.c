@@ -504,6 +504,70 @@ TEST_IMPL(keys_width_idle_keys_cost_nothing) {
 }
 
 
+/* A wide worker takes its tasks in, key entries and all, without
+ * allocating: its block from init holds as many entries and buckets as can
+ * be in use at once. Here 20 lanes hold a task of its own key each while
+ * others take in 48 more keys (68 entries at once; before, a table past 64
+ * asked for a chunk of entries, and while memory stayed short, lanes
+ * retried through the pool). With every allocation failing, 20 + 1024 x 2
+ * keyed tasks run, each key's in order, and nothing even tries to
+ * allocate. */
+#define NOMEM_WIDTH 20
+#define NOMEM_KEYS 1024
+
+static uvs_task_t nomem_blockers[NOMEM_WIDTH];
+static atomic_int nomem_started;
+static atomic_uint_fast64_t nomem_end;
+static int nomem_seq[2 * NOMEM_KEYS];
+
+static void nomem_block_run(uvs_task_t* task) {
+  (void) task;
+  atomic_fetch_add(&nomem_started, 1);
+  wait_for_max(&nomem_started, NOMEM_WIDTH, &nomem_end);
+}
+
+
+static void nomem_done(uvs_task_t* task, int status) {
+  ASSERT_OK(status);
+  ndone++;
+  if (task >= key_tasks && task < key_tasks + 2 * NOMEM_KEYS)
+    nomem_seq[task - key_tasks] = ndone;
+}
+
+
+TEST_IMPL(keys_width_intake_no_memory) {
+  unsigned long tried;
+  int i;
+
+  setup_width(UVS_POOL, NOMEM_WIDTH);
+  /* The pool starts at the first uv_queue_work: room for every lane. */
+  ASSERT_OK(setenv("UV_THREADPOOL_SIZE", "24", 1));
+  for (i = 0; i < NOMEM_WIDTH; i++) {
+    ASSERT_OK(uvs_task_init(&nomem_blockers[i], nomem_block_run, nomem_done));
+    ASSERT_OK(uvs_task_set_key(&nomem_blockers[i], 100000 + (uint64_t) i));
+  }
+  for (i = 0; i < 2 * NOMEM_KEYS; i++) {
+    ASSERT_OK(uvs_task_init(&key_tasks[i], noop_run, nomem_done));
+    ASSERT_OK(uvs_task_set_key(&key_tasks[i], (uint64_t) (i % NOMEM_KEYS) + 1));
+  }
+  tried = uvs__alloc_count();
+  uvs__alloc_fail_all(1);
+  for (i = 0; i < NOMEM_WIDTH; i++)
+    ASSERT_OK(uvs_schedule(&worker, &nomem_blockers[i]));
+  for (i = 0; i < 2 * NOMEM_KEYS; i++)
+    ASSERT_OK(uvs_schedule(&worker, &key_tasks[i]));
+  ASSERT_OK(uv_run(&loop, UV_RUN_DEFAULT));
+  uvs__alloc_fail_all(0);
+  ASSERT_EQ(atomic_load(&nomem_started), NOMEM_WIDTH);
+  ASSERT_EQ(ndone, NOMEM_WIDTH + 2 * NOMEM_KEYS);
+  ASSERT_UINT64_EQ((uint64_t) (uvs__alloc_count() - tried), 0);
+  for (i = 0; i < NOMEM_KEYS; i++)
+    ASSERT_LT(nomem_seq[i], nomem_seq[i + NOMEM_KEYS]);
+  TEST_CLOSE_SCHED_AND_LOOP(&loop, &sched, UVS_CANCEL);
+  return 0;
+}
+
+
 /* The lanes of a wide worker count their runs apart: the worker's and the
  * scheduler's figures add them up while the worker is open, and keep them
  * once its close frees the lanes. */
@@ -655,11 +719,12 @@ TEST_IMPL(keys_width_close_hands_back_key_order) {
 }
 
 
-/* The same when memory runs out in the close: a key table that needs a new
- * chunk of entries to take in the inbox can't have it. A key's tasks still
- * come back in schedule order, and each once. 80 other keys are more than
- * the table's first 64 entries. */
-#define OOM_OTHERS 80
+/* The same when memory runs out in the close. A close that took the inbox
+ * into the key table first would need entries for its 200 other keys, more
+ * than a width-2 worker's block holds (114), and with none to be had
+ * handed key 1's second task back ahead of its first. The sweep takes
+ * nothing in: a key's tasks come back in schedule order, and each once. */
+#define OOM_OTHERS 200
 
 static uvs_task_t oom_others[OOM_OTHERS];
 static int oom_others_back;
