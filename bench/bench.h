@@ -329,6 +329,13 @@ typedef struct bench_feed_s {
   int err;
 } bench_feed_t;
 
+/* Producer first, then the loop alone: each side's ns per task. */
+int bench_feed_split(uv_loop_t* loop,
+                     bench_feed_t* feed,
+                     void (*fn)(void*),
+                     double* producer_ns,
+                     double* consumer_ns,
+                     const char* where);
 void bench_feed_uvs(void* arg);
 void bench_feed_nodes(void* arg);
 /* Starts a producer running fn(feed), runs the loop until the last run and

@@ -177,6 +177,10 @@ void bench_s4_loop_foreign(const bench_cfg_t* cfg) {
   double p99_b[BENCH_MAX_RUNS];
   double cpu_u[BENCH_MAX_RUNS];
   double cpu_b[BENCH_MAX_RUNS];
+  double prod_u[BENCH_MAX_RUNS];
+  double prod_b[BENCH_MAX_RUNS];
+  double cons_u[BENCH_MAX_RUNS];
+  double cons_b[BENCH_MAX_RUNS];
   double wakes_u;
   double wakes_b;
   uint64_t cpu;
@@ -233,6 +237,16 @@ void bench_s4_loop_foreign(const bench_cfg_t* cfg) {
         bench_note(cfg, "s4.bridge", run, rate_b, "tasks/s");
       }
     }
+    /* Each side alone, to tell whose cost limits the rates above. */
+    prod_u[run] = cons_u[run] = prod_b[run] = cons_b[run] = NAN;
+    for (i = 0; i < 2; i++) {
+      if (bench_order(run, 2, i) == 0)
+        bench_feed_split(&loop, &fu, bench_feed_uvs, &prod_u[run], &cons_u[run],
+                         "s4 uvsched split");
+      else
+        bench_feed_split(&loop, &fb, bench_feed_nodes, &prod_b[run],
+                         &cons_b[run], "s4 bridge split");
+    }
     if (bench_loop_latency(&loop, &worker, &bridge, cfg->lat_samples,
                            cfg->lat_gap_us, run % 2, samples_u, samples_b,
                            "s4 latency") == 0) {
@@ -251,6 +265,14 @@ void bench_s4_loop_foreign(const bench_cfg_t* cfg) {
   bench_figure("s4.latency.p99.bridge", bench_median(p99_b, cfg->runs), "us");
   bench_figure("s4.cpu.uvsched", bench_median(cpu_u, cfg->runs), "ns/task");
   bench_figure("s4.cpu.bridge", bench_median(cpu_b, cfg->runs), "ns/task");
+  bench_figure("s4.alone.producer.uvsched", bench_median(prod_u, cfg->runs),
+               "ns/task");
+  bench_figure("s4.alone.producer.bridge", bench_median(prod_b, cfg->runs),
+               "ns/task");
+  bench_figure("s4.alone.loop.uvsched", bench_median(cons_u, cfg->runs),
+               "ns/task");
+  bench_figure("s4.alone.loop.bridge", bench_median(cons_b, cfg->runs),
+               "ns/task");
 
   bench_check_stats(&sched, "s4");
   bench_bridge_close(&bridge);
