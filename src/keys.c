@@ -30,9 +30,9 @@
  * head is in kready or picked by a lane. Intake adds an entry only while
  * nready, which never counts fewer tasks than kready holds, is below
  * INTAKE_AHEAD, so at most that many heads are in kready when it does.
- * Lanes hold at most UVS__BATCH picked tasks between them, plus one per
- * other lane: only a lane running alone takes a batch, and another lane
- * takes one task at a time until that lane ends. */
+ * Picked tasks: at most UVS__BATCH in one lane and one in each other,
+ * since only a lane running alone takes a batch, and while it holds one,
+ * any other lane takes one task at a time. */
 #define KEYS_ACTIVE(n) ((size_t) INTAKE_AHEAD + UVS__BATCH + (n))
 
 struct uvs__kent_s {

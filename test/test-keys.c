@@ -506,12 +506,11 @@ TEST_IMPL(keys_width_idle_keys_cost_nothing) {
 
 /* A wide worker takes its tasks in, key entries and all, without
  * allocating: its block from init holds as many entries and buckets as can
- * be in use at once. Here 20 lanes hold a task of its own key each while
- * others take in 48 more keys (68 entries at once; before, a table past 64
- * asked for a chunk of entries, and while memory stayed short, lanes
- * retried through the pool). With every allocation failing, 20 + 1024 x 2
- * keyed tasks run, each key's in order, and nothing even tries to
- * allocate. */
+ * be in use at once. Here 20 lanes each hold a task with a key of its own
+ * while others take in 48 more keys (68 entries at once; before, a table past
+ * 64 asked for a chunk of entries, and while memory stayed short, lanes retried
+ * through the pool). With every allocation failing, 20 + 1024 x 2 keyed tasks
+ * run, each key's in order, and nothing even tries to allocate. */
 #define NOMEM_WIDTH 20
 #define NOMEM_KEYS 1024
 
