@@ -417,11 +417,24 @@ void bench_push_bridge(void* q, bench_node_t* node) {
 }
 
 
-double bench_feed_run(uv_loop_t* loop,
-                      bench_feed_t* f,
-                      void (*fn)(void*),
-                      uint64_t* cpu,
-                      const char* where) {
+/* What one feed measured (feed()). */
+typedef struct {
+  uint64_t t_start; /* the producer's first schedule */
+  uint64_t t_loop;  /* the loop started */
+  uint64_t t_end;   /* the last run */
+  uint64_t cpu;     /* process CPU time, producer start to join */
+} feed_times_t;
+
+
+/* Starts a producer running fn(feed), and runs the loop until the last
+ * run: at the same time, or with apart set once the producer is done.
+ * Checks order and count; returns 0, or -1 after bench_fail(). */
+static int feed(uv_loop_t* loop,
+                bench_feed_t* f,
+                void (*fn)(void*),
+                int apart,
+                feed_times_t* out,
+                const char* where) {
   bench_count_t count;
   bench_lane_t lane;
   bench_thread_t th;
@@ -438,21 +451,43 @@ double bench_feed_run(uv_loop_t* loop,
 
   cpu0 = bench_process_cpu();
   bench_thread_start(&th, fn, f);
+  if (apart)
+    bench_thread_join(&th);
+  out->t_loop = uv_hrtime();
   uv_run(loop, UV_RUN_DEFAULT);
-  bench_thread_join(&th);
-  *cpu = bench_process_cpu() - cpu0;
+  if (!apart)
+    bench_thread_join(&th);
+  out->cpu = bench_process_cpu() - cpu0;
+  out->t_start = th.t_start;
+  out->t_end = bench_count_end(&count);
 
   if (f->err != 0) {
     bench_fail("%s: uvs_schedule: %s", where, uv_strerror(f->err));
-    return NAN;
+    return -1;
   }
   if (bench_count_ran(&count) != f->n) {
     bench_fail("%s: %llu of %zu tasks ran", where,
                (unsigned long long) bench_count_ran(&count), f->n);
-    return NAN;
+    return -1;
   }
   bench_lanes_check(&lane, 1, f->n, where);
-  return per_second(f->n, th.t_start, bench_count_end(&count));
+  return 0;
+}
+
+
+double bench_feed_run(uv_loop_t* loop,
+                      bench_feed_t* f,
+                      void (*fn)(void*),
+                      uint64_t* cpu,
+                      const char* where) {
+  feed_times_t t;
+  int err;
+
+  err = feed(loop, f, fn, 0, &t, where);
+  *cpu = t.cpu;
+  if (err != 0)
+    return NAN;
+  return per_second(f->n, t.t_start, t.t_end);
 }
 
 
@@ -465,39 +500,12 @@ int bench_feed_split(uv_loop_t* loop,
                      double* producer_ns,
                      double* consumer_ns,
                      const char* where) {
-  bench_count_t count;
-  bench_lane_t lane;
-  bench_thread_t th;
-  uv_async_t finish;
-  uint64_t t0;
-  uint64_t t1;
+  feed_times_t t;
 
-  bench_count_reset(&count, f->n);
-  lanes_reset(&lane, 1, &count);
-  bench_finish_init(loop, &finish);
-  count.notify = &finish;
-  f->lane = &lane;
-  f->err = 0;
-  bench_arm(where);
-
-  bench_thread_start(&th, fn, f);
-  bench_thread_join(&th);
-  t0 = uv_hrtime();
-  uv_run(loop, UV_RUN_DEFAULT);
-  t1 = bench_count_end(&count);
-
-  if (f->err != 0) {
-    bench_fail("%s: uvs_schedule: %s", where, uv_strerror(f->err));
+  if (feed(loop, f, fn, 1, &t, where) != 0)
     return -1;
-  }
-  if (bench_count_ran(&count) != f->n) {
-    bench_fail("%s: %llu of %zu tasks ran", where,
-               (unsigned long long) bench_count_ran(&count), f->n);
-    return -1;
-  }
-  bench_lanes_check(&lane, 1, f->n, where);
-  *producer_ns = (double) (t0 - th.t_start) / (double) f->n;
-  *consumer_ns = (double) (t1 - t0) / (double) f->n;
+  *producer_ns = (double) (t.t_loop - t.t_start) / (double) f->n;
+  *consumer_ns = (double) (t.t_end - t.t_loop) / (double) f->n;
   return 0;
 }
 
