@@ -113,10 +113,8 @@ int uvs__admit(uvs_worker_t* w, int locked) {
     }
   }
   mark_full(w, locked);
-  if (w->on_full != UVS_FULL_DROP_OLDEST) {
-    uvs__add_sc(&w->nrejected, 1);
-    return UV_EAGAIN;
-  }
+  if (w->on_full != UVS_FULL_DROP_OLDEST)
+    return UV_EAGAIN; /* the call that asked counts it, once */
   if (!locked)
     uv_mutex_lock(&w->sched->lock);
   evict_for(w);

@@ -32,7 +32,6 @@ typedef struct {
   uint64_t end_ns;   /* 0: no slice, the budget counts tasks */
   uint64_t end_tick; /* look at the real clock from this tick on */
   uint64_t per_ms;
-  uint64_t* mark; /* a runner's: the tick each batch starts (lock held) */
 } slice_t;
 
 
@@ -270,44 +269,8 @@ static void put_back(uvs_worker_t* w,
 }
 
 
-/* Lanes run tasks in parallel only when that pays: each take costs the
- * scheduler's lock, which lanes share, so for tasks shorter than this a
- * second lane adds contention, not speed. A lane whose last task was that
- * short asks for no other lane, and ends if another lane is running. */
-#define UVS__LANE_SHORT_US 10
-
-
-/* Is this lane not needed (lock held)? It also times its last task: the
- * ticks between two takes. A lane's first take has nothing to time: it
- * goes by what the last lane that timed a task found (the worker's
- * lanes_short), so that a lane posted again after a slice of short tasks
- * does not ask for another lane, which would ask for another, each
- * costing a pool thread's wake-up and the lock's hand-over. */
-static int lane_spare(uvs_worker_t* w, uvs__lane_t* lane) {
-  uint64_t now;
-  uint64_t per_ms;
-  int short_task;
-
-  per_ms = uvs__load_rlx(&uvs__clock_per_ms);
-  if (per_ms == 0)
-    uvs__clock_learn(); /* with a budget, no slice learns it */
-  now = uvs__ticks();
-  if (per_ms == 0 || lane->tick_mark == 0) {
-    short_task = per_ms != 0 && w->lanes_short;
-  } else {
-    short_task =
-        now - lane->tick_mark < per_ms * UVS__LANE_SHORT_US / 1000 *
-                                    (lane->taken > 1 ? lane->taken : 1);
-    w->lanes_short = (unsigned) short_task;
-  }
-  lane->tick_mark = now;
-  lane->spare = short_task;
-  return short_task && w->lanes_active > 1;
-}
-
-
 /* Fills a batch of slots (lock held): from the queue of a serial worker,
- * or, for a lane of a wide one, from the tasks its keys let start. */
+ * or, for a lane of a wide one, one task its keys let start. */
 static unsigned fill(uvs_worker_t* w,
                      uvs__lane_t* lane,
                      uvs_task_t** slots,
@@ -316,34 +279,28 @@ static unsigned fill(uvs_worker_t* w,
   unsigned n;
 
   /* A lane takes one task at a time: tasks start in FIFO order across
-   * lanes, and none waits in one lane's batch while another lane idles.
-   * But a lane alone whose tasks are short takes a batch: no other lane can
-   * start meanwhile (it would find the tasks short and end before taking
-   * one, and this lane asks for none), so the order holds, and the lock is
-   * taken once per batch instead of once per task. */
+   * lanes, and none waits in one lane's batch that another lane could
+   * start (guarantee 12). Its lock round per task is the price. */
   if (lane != NULL) {
-    if (lane_spare(w, lane))
-      return 0;
+    if (lane->seeking) {
+      lane->seeking = 0;
+      uvs__keys_seeking(w, -1);
+    }
     uvs__keys_intake(w);
-    if (!lane->spare || w->lanes_active != 1)
-      max = 1;
+    t = uvs__keys_pick(w, &lane->kent);
+    if (t == NULL)
+      return 0;
+    __atomic_store_n(&slots[0], t, __ATOMIC_RELAXED);
+    t->node.prev = (uvs__queue_t*) ((uintptr_t) &slots[0] | 1);
+    return 1;
   }
   for (n = 0; n < max; n++) {
-    if (lane != NULL)
-      t = uvs__keys_pick(w, &lane->kent[n]);
-    else
-      t = uvs__inbox_take(w, n == 0);
+    t = uvs__inbox_take(w, n == 0);
     if (t == NULL)
       break;
     __atomic_store_n(&slots[n], t, __ATOMIC_RELAXED);
     t->node.prev = (uvs__queue_t*) ((uintptr_t) &slots[n] | 1);
   }
-  if (lane != NULL)
-    lane->taken = n;
-  /* More than this lane can start: ask for another, up to the width. */
-  if (lane != NULL && !lane->spare && !uvs__queue_empty(&w->kready) &&
-      w->lanes_active < w->width && w->phase != UVS__P_READY)
-    uvs__worker_make_ready(w);
   return n;
 }
 
@@ -374,7 +331,6 @@ static unsigned turn(uvs_worker_t* w,
   unsigned max;
   unsigned n;
   unsigned i;
-  unsigned k;
   int check;
   int over;
 
@@ -387,7 +343,6 @@ static unsigned turn(uvs_worker_t* w,
   own.end_ns = 0;
   own.end_tick = 0;
   own.per_ms = 0;
-  own.mark = rs != NULL ? rs->mark : NULL;
   sl = &own;
   batch_max = UVS__BATCH;
   if (budget == 0) {
@@ -417,8 +372,6 @@ static unsigned turn(uvs_worker_t* w,
     }
 
     max = budget - ran < batch_max ? budget - ran : batch_max;
-    if (sl->mark != NULL)
-      *sl->mark = uvs__ticks();
     n = fill(w, lane, slots, max);
     if (n == 0) {
       /* A runner with other workers waiting doesn't linger on this one. */
@@ -440,14 +393,14 @@ static unsigned turn(uvs_worker_t* w,
       t = __atomic_exchange_n(&slots[i], UVS__SLOT_TAKEN, __ATOMIC_ACQ_REL);
       if (t == UVS__SLOT_TOMB) {
         if (lane != NULL)
-          lane->kent[i] = NULL; /* the cancel released its key */
+          lane->kent = NULL; /* the cancel released its key */
         continue;
       }
       if (uvs__cancelling(w)) {
         uv_mutex_lock(&s->lock);
-        if (lane != NULL && lane->kent[i] != NULL) {
-          uvs__keys_release(w, lane->kent[i]);
-          lane->kent[i] = NULL;
+        if (lane != NULL && lane->kent != NULL) {
+          uvs__keys_release(w, lane->kent);
+          lane->kent = NULL;
         }
         uvs__unqueued(w);
         uvs__drop(s, t, UV_ECANCELED);
@@ -477,12 +430,9 @@ static unsigned turn(uvs_worker_t* w,
     uv_mutex_lock(&s->lock);
     if (i < n)
       put_back(w, slots, i, n);
-    /* In the order the tasks ran: each key's next task joins the tail of
-     * kready as it would have, one task at a time. */
-    for (k = 0; lane != NULL && k < i; k++) {
-      if (lane->kent[k] != NULL)
-        uvs__keys_release(w, lane->kent[k]);
-    }
+    /* The key's next task joins the tail of kready. */
+    if (lane != NULL && i == 1 && lane->kent != NULL)
+      uvs__keys_release(w, lane->kent);
     *batch = NULL;
     *batch_len = 0;
   }
@@ -498,89 +448,37 @@ void uvs__lane_turn(uvs__lane_t* lane) {
 }
 
 
-/* Were the tasks of a runner's last turn short: ran tasks in the ticks
- * since t0, under UVS__LANE_SHORT_US each on average? */
-static int turn_short(uint64_t t0, unsigned ran) {
-  uint64_t per_ms;
-
-  per_ms = uvs__load_rlx(&uvs__clock_per_ms);
-  if (per_ms == 0) {
-    uvs__clock_learn(); /* with a budget, no slice learns it */
-    return 0;
-  }
-  return uvs__ticks() - t0 <
-         per_ms * UVS__LANE_SHORT_US / 1000 * (ran > 1 ? ran : 1);
-}
-
-
-int uvs__runner_wanted(uvs_sched_t* s) {
-  uint64_t per_ms;
-  uint64_t now;
-  unsigned i;
-
-  /* As for lanes: runners share the lock and the ready list, so for short
-   * tasks a second one adds contention, not speed (s7: 100k workers cost
-   * 3x one worker per task with four runners on two cores, 1.6x with one).
-   * Long tasks are another matter: a runner inside one leaves the workers
-   * behind it waiting, so one that has been in the same batch for
-   * UVS__HELP_MS gets help. */
-  if (s->runners_busy == 0 || !s->runners_short)
-    return 1;
-  /* With linger_us, a drain that runs dry waits on its own worker for the
-   * next task: a hand-off to another worker wants a runner of its own, as
-   * the user asked for latency over CPU. */
-  if (s->linger_us != 0)
-    return 1;
-  per_ms = uvs__load_rlx(&uvs__clock_per_ms);
-  if (per_ms == 0)
-    return 1;
-  now = uvs__ticks();
-  for (i = 0; i < s->nrunners; i++)
-    if ((s->runners_busy & (1u << i)) && s->runner_mark[i] != 0 &&
-        now - s->runner_mark[i] > per_ms * UVS__HELP_MS)
-      return 1;
-  return 0;
-}
-
-
-void uvs__run_ready(uvs_sched_t* s, uvs_worker_t* first, uint64_t* mark) {
+void uvs__run_ready(uvs_sched_t* s, uvs_worker_t* first) {
   uvs__queue_t* q;
   uvs_worker_t* w;
   uint64_t epoch;
-  uint64_t t0;
   unsigned left;
   unsigned ran;
-  int short_turn;
   slice_t sl;
 
   /* With a budget the runner runs that many tasks in all, as one drain
    * did; with none, one time slice. Each worker gets one turn at most: a
-   * worker it served already and finds ready again waits for the next. */
+   * worker it served already and finds ready again waits for the next.
+   * The loop posts a runner for every ready worker the cap leaves room for
+   * (loop.c, dispatch), so a worker this one takes from the list had none
+   * coming: going on saves that post. */
   left = s->budget;
   sl.end_ns = 0;
   sl.end_tick = 0;
   sl.per_ms = 0;
   if (left == 0)
     slice_start(&sl);
-  sl.mark = mark;
   w = first;
   uv_mutex_lock(&s->lock);
   epoch = ++s->runner_epoch;
-  s->runners_in++;
   /* The lock stays held from the end of one worker's turn to the first
    * batch of the next: one acquisition per worker served, not three. */
   for (;;) {
     w->runner_epoch = epoch;
-    t0 = uvs__ticks();
     ran = turn(w, NULL, &sl, left, 1);
     if (left != 0)
       left -= ran;
-    short_turn = turn_short(t0, ran);
-    s->runners_short = (unsigned) short_turn;
     uvs__turn_ended(w);
-    /* Short tasks and another runner at work: it serves the rest. */
-    if (short_turn && s->runners_in > 1)
-      break;
     q = NULL;
     if (s->budget != 0 ? left != 0 : !slice_over(&sl))
       q = s->ready.next != &s->ready ? s->ready.next : NULL;
@@ -592,13 +490,11 @@ void uvs__run_ready(uvs_sched_t* s, uvs_worker_t* first, uint64_t* mark) {
     uvs__queue_remove(q);
     w->phase = UVS__P_POSTED;
   }
-  s->runners_in--;
-  *mark = 0;
   uv_mutex_unlock(&s->lock);
 }
 
 
-void uvs__loop_turn(uvs_sched_t* s) {
+int uvs__loop_turn(uvs_sched_t* s) {
   uvs__queue_t turns;
   uvs__queue_t* q;
   uvs_worker_t* w;
@@ -613,12 +509,11 @@ void uvs__loop_turn(uvs_sched_t* s) {
   uv_mutex_lock(&s->lock);
   if (uvs__queue_empty(&s->loop_ready)) {
     uv_mutex_unlock(&s->lock);
-    return; /* most calls from the async callback: only pool work */
+    return 0; /* most calls from the async callback: only pool work */
   }
   sl.end_ns = 0;
   sl.end_tick = 0;
   sl.per_ms = 0;
-  sl.mark = NULL;
   if (s->budget == 0)
     slice_start(&sl);
   uvs__queue_move(&s->loop_ready, &turns);
@@ -635,4 +530,5 @@ void uvs__loop_turn(uvs_sched_t* s) {
     }
   }
   uv_mutex_unlock(&s->lock);
+  return 1;
 }

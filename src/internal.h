@@ -39,6 +39,9 @@ static inline int uvs__is_thread(const uv_thread_t* t) {
 }
 #endif
 
+/* libuv's largest thread pool (UV_THREADPOOL_SIZE). */
+#define UVS__POOL_MAX 1024u
+
 /* The largest delay, period or clock step, in ms. */
 #define UVS__MAX_MS ((uint64_t) 1 << 40)
 
@@ -231,15 +234,13 @@ typedef struct uvs__lane_s {
   uvs_worker_t* w;
   uvs_task_t** batch; /* its slots while it runs a batch */
   unsigned batch_len;
-  int active;
-  int spare;          /* it ended because its tasks were short (drain.c) */
-  uint64_t tick_mark; /* ticks() at its last take, or 0 */
-  unsigned taken;     /* tasks it took at its last take */
+  int active;  /* posted or running */
+  int seeking; /* posted, and has not picked a task yet */
   /* Its runs, counted here rather than in the worker's fields, which the
    * lanes would share (drain.c); written by the lane's drain only. */
   uint64_t nran;
   uint64_t nended_run;
-  uvs__kent_t* kent[UVS__BATCH]; /* the key entry of each slot's task */
+  uvs__kent_t* kent; /* the key entry of the task in its slot */
 } uvs__lane_t;
 /* Everything below needs the scheduler's lock. */
 uvs__keys_t* uvs__keys_new(unsigned width);
@@ -247,8 +248,9 @@ void uvs__keys_attach(uvs_worker_t* w, uvs__keys_t* keys);
 void uvs__keys_free(uvs_worker_t* w);
 uvs__lane_t* uvs__keys_lane(uvs_worker_t* w, unsigned i);
 /* Moves queued tasks to kready or behind their key, until kready holds
- * enough for the lanes. UV_ENOMEM if a key's entry can't be had (the rest
- * stays queued for a later try). */
+ * enough for the lanes. UV_EAGAIN if it stopped at a push in progress,
+ * UV_ENOMEM if a key's entry can't be had (the rest stays queued for a
+ * later try). */
 int uvs__keys_intake(uvs_worker_t* w);
 /* The next task a lane may start, and its key's entry (NULL: no key). */
 uvs_task_t* uvs__keys_pick(uvs_worker_t* w, uvs__kent_t** ent);
@@ -263,6 +265,12 @@ void uvs__keys_unlinked(uvs_worker_t* w, uvs_task_t* t);
 /* Takes any queued task out (close, eviction), oldest runnable first. */
 uvs_task_t* uvs__keys_take(uvs_worker_t* w);
 int uvs__keys_nonempty(uvs_worker_t* w);
+/* Lanes w wants posted now (guarantee 12): one for each task in kready
+ * that no lane posted and not yet picking will take, as far as the width
+ * leaves room. */
+unsigned uvs__keys_lanes_wanted(uvs_worker_t* w);
+/* A lane was posted to pick a task (+1), or picked or ended (-1). */
+void uvs__keys_seeking(uvs_worker_t* w, int delta);
 
 /* ---- hazard.c: what keeps a worker alive under a cancel or a pin ----- */
 typedef struct uvs__hazard_s uvs__hazard_t;
@@ -330,6 +338,7 @@ static inline int uvs__on_loop_thread(const uvs_sched_t* s) {
 }
 
 /* ---- loop.c ------------------------------------------------------------ */
+typedef struct uvs__runner_s uvs__runner_t;
 /* Asks the loop thread to process the scheduler soon. Any thread, no lock
  * needed: the one call upward from the files below. */
 void uvs__kick(uvs_sched_t* sched);
@@ -348,17 +357,12 @@ void uvs__advance(uvs_sched_t* sched, uint64_t ms);
 void uvs__lane_turn(uvs__lane_t* lane);
 /* A runner (one uv_queue_work item): runs a turn of first, then of each
  * pool worker that is ready, oldest first, until none is or its time
- * slice has passed, noting in *mark when each batch starts. Pool thread,
- * no lock held. */
-void uvs__run_ready(uvs_sched_t* sched, uvs_worker_t* first, uint64_t* mark);
-/* Would one more runner pay (lock held)? Not while the runners find their
- * tasks short, unless one has been in the same batch for UVS__HELP_MS:
- * held up by a long task, while ready workers wait. */
-int uvs__runner_wanted(uvs_sched_t* sched);
-#define UVS__HELP_MS 2
+ * slice has passed. Pool thread, no lock held. */
+void uvs__run_ready(uvs_sched_t* sched, uvs_worker_t* first);
 /* A loop turn: one turn of each loop worker ready now, within one time
- * slice for all (default budget) or budget tasks each. Loop thread. */
-void uvs__loop_turn(uvs_sched_t* sched);
+ * slice for all (default budget) or budget tasks each. Returns 0 if none
+ * was ready. Loop thread. */
+int uvs__loop_turn(uvs_sched_t* sched);
 
 /* Is w closing with UVS_CANCEL? A drain asks after it took a task from its
  * slot and before it runs it. The close stores the flag before it sweeps

@@ -30,10 +30,8 @@
  * head is in kready or picked by a lane. Intake adds an entry only while
  * nready, which never counts fewer tasks than kready holds, is below
  * INTAKE_AHEAD, so at most that many heads are in kready when it does.
- * Picked tasks: at most UVS__BATCH in one lane and one in each other,
- * since only a lane running alone takes a batch, and while it holds one,
- * any other lane takes one task at a time. */
-#define KEYS_ACTIVE(n) ((size_t) INTAKE_AHEAD + UVS__BATCH + (n))
+ * Picked tasks: one in each lane, which takes one task at a time. */
+#define KEYS_ACTIVE(n) ((size_t) INTAKE_AHEAD + (n))
 
 struct uvs__kent_s {
   struct uvs__kent_s* next; /* hash chain, or free list */
@@ -54,6 +52,7 @@ struct uvs__keys_s {
   unsigned shift; /* 64 - log2(nbuckets): the hash's top bits index it */
   size_t count;   /* entries in the table */
   size_t nready;  /* about how many tasks kready holds (see intake) */
+  unsigned seeking; /* lanes posted that have not picked a task yet */
   uvs__kent_t* free;
   kchunk_t* extra; /* fallback chunks, freed when no key is active */
   /* In the same block, after the lanes: */
@@ -288,7 +287,7 @@ int uvs__keys_intake(uvs_worker_t* w) {
       return 0;
     t = uvs__inbox_take(w, 1);
     if (t == NULL)
-      return 0;
+      return uvs__inbox_nonempty(w) ? UV_EAGAIN : 0;
     if (t->key == 0) {
       uvs__queue_push(&w->kready, &t->node);
       k->nready++;
@@ -392,4 +391,25 @@ uvs_task_t* uvs__keys_take(uvs_worker_t* w) {
 
 int uvs__keys_nonempty(uvs_worker_t* w) {
   return w->keys != NULL && !uvs__queue_empty(&w->kready);
+}
+
+
+unsigned uvs__keys_lanes_wanted(uvs_worker_t* w) {
+  uvs__keys_t* k;
+  uvs__queue_t* q;
+  unsigned room;
+  unsigned n;
+
+  k = w->keys;
+  room = w->width - w->lanes_active;
+  n = 0;
+  for (q = w->kready.next; q != &w->kready && n < room + k->seeking;
+       q = q->next)
+    n++;
+  return n > k->seeking ? n - k->seeking : 0;
+}
+
+
+void uvs__keys_seeking(uvs_worker_t* w, int delta) {
+  w->keys->seeking += (unsigned) delta;
 }

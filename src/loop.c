@@ -13,8 +13,18 @@
 #include <stdlib.h>
 
 enum {
-  UVS__SF_KICKED = 1,         /* the loop thread kicked since process() began */
-  UVS__SF_HANDLES_CLOSING = 2 /* uv_close() called on our handles */
+  UVS__SF_KICKED = 1,          /* the loop thread kicked since process() began */
+  UVS__SF_HANDLES_CLOSING = 2, /* uv_close() called on our handles */
+  UVS__SF_TURNED = 4 /* a loop turn ran in this loop iteration (check_cb) */
+};
+
+/* One of a scheduler's runners: a uv_queue_work item that serves ready
+ * pool workers in turn. */
+struct uvs__runner_s {
+  uv_work_t work;
+  uvs_sched_t* s;
+  uvs_worker_t* first;
+  struct uvs__runner_s* next; /* on sched->runner_free */
 };
 
 /* What a call of process() does besides the common work. */
@@ -55,8 +65,20 @@ static void async_cb(uv_async_t* handle) {
   }
   /* Work handed over from another thread runs now, in this callback, as a
    * mutex-and-uv_async bridge would run it: not one loop iteration later
-   * in the idle phase. The turn is bounded by the slice like any other. */
+   * in the idle phase, unless the idle phase of this iteration had a turn
+   * already (process()). */
   process(s, LOOP_TURN);
+}
+
+
+/* The check phase ends the loop iteration: the next turn may run in the
+ * next iteration, after its timers. */
+static void check_cb(uv_check_t* handle) {
+  uvs_sched_t* s;
+
+  s = uvs__container_of(handle, uvs_sched_t, check);
+  s->flags &= ~UVS__SF_TURNED;
+  uv_check_stop(handle);
 }
 
 
@@ -158,37 +180,44 @@ static void lane_work(uv_work_t* req) {
 
 
 static void runner_work(uv_work_t* req) {
-  uvs_sched_t* s;
-  size_t r;
+  uvs__runner_t* r;
 
-  s = req->data;
-  r = (size_t) (req - s->runners);
+  r = uvs__container_of(req, uvs__runner_t, work);
   uvs__tls.pool = 1;
-  uvs__run_ready(s, s->runner_first[r], &s->runner_mark[r]);
-}
-
-
-static void help_cb(uv_timer_t* handle) {
-  process(handle->data, 0);
+  uvs__run_ready(r->s, r->first);
 }
 
 
 static void runner_done(uv_work_t* req, int status) {
+  uvs__runner_t* r;
   uvs_sched_t* s;
 
   (void) status; /* never cancelled with uv_cancel */
-  s = req->data;
+  r = uvs__container_of(req, uvs__runner_t, work);
+  s = r->s;
   uv_mutex_lock(&s->lock);
   s->drains--;
-  s->runners_busy &= ~(1u << (req - s->runners));
+  r->next = s->runner_free;
+  s->runner_free = r;
   uv_mutex_unlock(&s->lock);
   process(s, 0);
 }
 
 
-/* A lane of a wide worker ended (loop thread). The last one to end does
- * what turn_ended() does for a serial worker; until then, work the other
- * lanes leave asks for a lane of its own. */
+/* A wide worker wants a look from dispatch(): it is listed once, until
+ * dispatch() takes it off the list. Lock held. */
+static void want_lanes(uvs_worker_t* w) {
+  unsigned idle;
+
+  idle = UVS__WS_IDLE;
+  if (__atomic_compare_exchange_n(&w->state, &idle, UVS__WS_SCHEDULED, 0,
+                                  __ATOMIC_SEQ_CST, __ATOMIC_RELAXED))
+    uvs__worker_make_ready(w);
+}
+
+
+/* A lane of a wide worker ended (loop thread): what it leaves behind asks
+ * for a lane again. */
 static void lane_work_done(uv_work_t* req, int status) {
   uvs__lane_t* lane;
   uvs_worker_t* w;
@@ -201,35 +230,39 @@ static void lane_work_done(uv_work_t* req, int status) {
   uv_mutex_lock(&s->lock);
   s->drains--;
   lane->active = 0;
-  w->lanes_active--;
-  if (w->phase != UVS__P_READY) {
-    if (w->lanes_active == 0)
-      uvs__turn_ended(w);
-    else if (!lane->spare && (!uvs__queue_empty(&w->kready) ||
-                              (uvs__worker_nonempty(w) && !uvs__cancelling(w))))
-      uvs__worker_make_ready(w); /* the running lanes may be stuck in long
-                                    tasks: a lane of its own for the rest */
+  if (lane->seeking) {
+    lane->seeking = 0;
+    uvs__keys_seeking(w, -1);
   }
-  lane->tick_mark = 0;
+  /* The other half of uvs__worker_push()'s hand-off for a wide worker:
+   * a producer that found every lane busy wanted none; this end looks at
+   * the queue after it frees a lane, so one of the two sees the other. */
+  __atomic_store_n(&w->lanes_active, w->lanes_active - 1, __ATOMIC_SEQ_CST);
+  if (w->flags & UVS__WF_CLOSING) {
+    if (!(w->flags & UVS__WF_DRAIN))
+      uvs__worker_close_sweep(w);
+    uvs__kick(s); /* the loop completes closes */
+  }
+  if (uvs__worker_nonempty(w))
+    want_lanes(w);
   uv_mutex_unlock(&s->lock);
   process(s, 0);
 }
 
 
-/* Posts one more lane of a wide worker, if it has one free. */
+/* Posts one more lane of a wide worker; lanes_active < width says one of
+ * its lanes is free. */
 static void post_lane(uvs_sched_t* s, uvs_worker_t* w) {
   uvs__lane_t* lane;
   unsigned i;
 
-  lane = NULL;
-  for (i = 0; i < w->width && lane == NULL; i++) {
-    if (!uvs__keys_lane(w, i)->active)
-      lane = uvs__keys_lane(w, i);
-  }
-  if (lane == NULL)
-    return;
+  for (i = 0; uvs__keys_lane(w, i)->active; i++)
+    ;
+  lane = uvs__keys_lane(w, i);
   lane->active = 1;
-  w->lanes_active++;
+  lane->seeking = 1;
+  uvs__keys_seeking(w, 1);
+  uvs__store_rel(&w->lanes_active, w->lanes_active + 1);
   s->drains++;
   s->stats.drains++;
   if (uv_queue_work(s->loop, &lane->work, lane_work, lane_work_done) != 0)
@@ -237,60 +270,86 @@ static void post_lane(uvs_sched_t* s, uvs_worker_t* w) {
 }
 
 
-static int slot_free(const uvs_sched_t* s) {
-  return s->max_concurrency == 0 || s->drains < s->max_concurrency;
+static int room(const uvs_sched_t* s) {
+  return s->drains < s->cap;
 }
 
 
-/* A runner not posted, or -1. */
-static int free_runner(const uvs_sched_t* s) {
-  unsigned i;
+/* Posts a lane for each task of a listed wide worker that one could
+ * start, as far as the width and the cap leave room. Returns 0 if the cap
+ * left it wanting more: then it goes back to the head of list. Lock
+ * held. */
+static int serve_wide(uvs_sched_t* s, uvs_worker_t* w, uvs__queue_t* list) {
+  unsigned want;
+  unsigned idle;
+  int busy;
 
-  for (i = 0; i < s->nrunners; i++)
-    if (!(s->runners_busy & (1u << i)))
-      return (int) i;
-  return -1;
-}
-
-
-/* Posts runners for ready pool workers, oldest first, each runner starting
- * with one and going on with the others that are ready (drain.c), and
- * lanes for wide workers. Lock held. */
-static void dispatch(uvs_sched_t* s) {
-  uvs__queue_t* q;
-  uvs_worker_t* w;
-  int r;
-
-  while (slot_free(s) && (q = uvs__queue_shift(&s->wide_ready)) != NULL) {
-    w = uvs__container_of(q, uvs_worker_t, ready_node);
-    w->phase = UVS__P_POSTED;
-    post_lane(s, w);
+  uvs__queue_remove(&w->ready_node);
+  w->phase = UVS__P_IDLE;
+  /* From here a producer lists it again; what came before is taken in
+   * below. */
+  __atomic_store_n(&w->state, UVS__WS_IDLE, __ATOMIC_SEQ_CST);
+  if (uvs__cancelling(w)) {
+    uvs__worker_close_sweep(w); /* late arrivals don't run */
+    uvs__kick(s);
+    return 1;
   }
-  while (slot_free(s) && !uvs__queue_empty(&s->ready) &&
-         (r = free_runner(s)) >= 0) {
-    if (!uvs__runner_wanted(s)) {
-      /* Look again in a while: a runner may yet be held up by a long task
-       * while these wait. */
-      if (!uv_is_active((uv_handle_t*) &s->help))
-        uv_timer_start(&s->help, help_cb, UVS__HELP_MS, 0);
-      break;
+  busy = uvs__keys_intake(w) == UV_EAGAIN;
+  want = uvs__keys_lanes_wanted(w);
+  while (want > 0 && room(s)) {
+    post_lane(s, w);
+    want--;
+  }
+  if (want > 0) {
+    idle = UVS__WS_IDLE;
+    if (__atomic_compare_exchange_n(&w->state, &idle, UVS__WS_SCHEDULED, 0,
+                                    __ATOMIC_SEQ_CST, __ATOMIC_RELAXED)) {
+      w->phase = UVS__P_READY;
+      uvs__queue_unshift(list, &w->ready_node);
     }
-    q = uvs__queue_shift(&s->ready);
+    return 0;
+  }
+  /* A push caught between its two steps, whose producer may have seen the
+   * worker listed: look again once it has linked. */
+  if (busy)
+    want_lanes(w);
+  return 1;
+}
+
+
+/* Work conservation (guarantee 12): a drain for every ready pool worker,
+ * as far as the cap allows, oldest first; a lane for every task a wide
+ * worker could start. Never a guess of how long tasks take. Lock held. */
+static void dispatch(uvs_sched_t* s) {
+  uvs__queue_t wide;
+  uvs__queue_t* q;
+  uvs__runner_t* r;
+  uvs_worker_t* w;
+
+  /* Each listed wide worker once: one that lists itself again waits for
+   * the next call. */
+  uvs__queue_init(&wide);
+  uvs__queue_move(&s->wide_ready, &wide);
+  while (room(s) && !uvs__queue_empty(&wide)) {
+    w = uvs__container_of(wide.next, uvs_worker_t, ready_node);
+    if (!serve_wide(s, w, &wide))
+      break;
+  }
+  uvs__queue_move(&s->wide_ready, &wide);
+  uvs__queue_move(&wide, &s->wide_ready);
+
+  while (room(s) && s->runner_free != NULL &&
+         (q = uvs__queue_shift(&s->ready)) != NULL) {
     w = uvs__container_of(q, uvs_worker_t, ready_node);
     w->phase = UVS__P_POSTED;
-    s->runners_busy |= 1u << r;
-    s->runner_first[r] = w;
-    s->runners[r].data = s;
+    r = s->runner_free;
+    s->runner_free = r->next;
+    r->first = w;
     s->drains++;
     s->stats.drains++;
-    if (uv_queue_work(s->loop, &s->runners[r], runner_work, runner_done) != 0)
+    if (uv_queue_work(s->loop, &r->work, runner_work, runner_done) != 0)
       abort(); /* only fails for a NULL work_cb */
   }
-}
-
-
-static void run_loop_workers(uvs_sched_t* s) {
-  uvs__loop_turn(s);
 }
 
 
@@ -439,7 +498,10 @@ static int close_handles(uvs_sched_t* s) {
   uv_close((uv_handle_t*) &s->async, handle_closed);
   uv_close((uv_handle_t*) &s->timer, handle_closed);
   uv_close((uv_handle_t*) &s->idle, handle_closed);
-  uv_close((uv_handle_t*) &s->help, handle_closed);
+  uv_close((uv_handle_t*) &s->check, handle_closed);
+  uvs__free(s->runners);
+  s->runners = NULL;
+  s->runner_free = NULL;
   return 1;
 }
 
@@ -501,8 +563,14 @@ static void process(uvs_sched_t* s, int what) {
   dispatch(s);
   uv_mutex_unlock(&s->lock);
 
-  if (what & LOOP_TURN)
-    run_loop_workers(s);
+  /* One loop turn per loop iteration, whichever callback comes first (the
+   * idle phase, or the async callback in the poll phase), so that timers
+   * and I/O run between two turns (guarantee 7). */
+  if ((what & LOOP_TURN) && !(s->flags & UVS__SF_TURNED) &&
+      uvs__loop_turn(s)) {
+    s->flags |= UVS__SF_TURNED;
+    uv_check_start(&s->check, check_cb);
+  }
   uvs__deliver(s);
   call_space_cbs(s);
   if (finish_closes(s))
@@ -511,10 +579,10 @@ static void process(uvs_sched_t* s, int what) {
   uv_mutex_lock(&s->lock);
   dispatch(s); /* for work that done callbacks just scheduled */
   rearm_timer(s);
+  /* Ready pool workers left on their lists wait for a drain to end, which
+   * comes back here: only loop work needs the idle handle. */
   more = (s->flags & UVS__SF_KICKED) || !uvs__queue_empty(&s->loop_ready) ||
-         uvs__load_acq(&s->done_top) != NULL ||
-         (!uvs__queue_empty(&s->ready) && slot_free(s) && free_runner(s) >= 0 &&
-          uvs__runner_wanted(s));
+         uvs__load_acq(&s->done_top) != NULL;
   uv_mutex_unlock(&s->lock);
 
   if (more)
@@ -531,24 +599,57 @@ static void process(uvs_sched_t* s, int what) {
 }
 
 
+/* libuv's pool size, read as libuv 1.44 reads it, which has no call that
+ * tells: UV_THREADPOOL_SIZE through atoi() into an unsigned, 0 taken as 1,
+ * at most 1024; 4 without it. */
+static unsigned pool_size(void) {
+  const char* v;
+  unsigned n;
+
+  v = getenv("UV_THREADPOOL_SIZE");
+  n = v != NULL ? (unsigned) atoi(v) : 4;
+  if (n == 0)
+    n = 1;
+  return n > UVS__POOL_MAX ? UVS__POOL_MAX : n;
+}
+
+
 int uvs__loop_init(uv_loop_t* loop, uvs_sched_t* s) {
+  unsigned n;
+  unsigned i;
   int err;
 
+  /* The cap on drains (guarantee 12). Runners beyond libuv's largest pool
+   * could never run at once; lanes have their own requests. */
+  s->cap = s->max_concurrency != 0 ? s->max_concurrency : pool_size();
+  n = s->cap < UVS__POOL_MAX ? s->cap : UVS__POOL_MAX;
+  s->runners = uvs__calloc(n, sizeof(*s->runners));
+  if (s->runners == NULL)
+    return UV_ENOMEM;
+  s->runner_free = NULL;
+  for (i = n; i-- > 0;) {
+    s->runners[i].s = s;
+    s->runners[i].next = s->runner_free;
+    s->runner_free = &s->runners[i];
+  }
   /* The async handle is the only init that can fail; the others can't, so
    * nothing needs closing on the error path. */
   err = uv_async_init(loop, &s->async, async_cb);
-  if (err != 0)
+  if (err != 0) {
+    uvs__free(s->runners);
+    s->runners = NULL;
     return err;
+  }
   uv_timer_init(loop, &s->timer);
   uv_idle_init(loop, &s->idle);
-  uv_timer_init(loop, &s->help);
-  /* It only ever runs while a runner is in flight, which keeps the loop
-   * alive by itself. */
-  uv_unref((uv_handle_t*) &s->help);
+  uv_check_init(loop, &s->check);
+  /* It only runs in an iteration that had a loop turn, which keeps the
+   * loop alive by other means. */
+  uv_unref((uv_handle_t*) &s->check);
   s->async.data = s;
   s->timer.data = s;
   s->idle.data = s;
-  s->help.data = s;
+  s->check.data = s;
   return 0;
 }
 

@@ -5,21 +5,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Runners beyond the pool's threads would only wait in libuv's queue.
- * libuv 1.44 has no call that tells the pool's size: read it as libuv
- * does, from UV_THREADPOOL_SIZE (default 4). */
-static unsigned pool_size(void) {
-  const char* v;
-  long n;
-
-  v = getenv("UV_THREADPOOL_SIZE");
-  n = v != NULL ? strtol(v, NULL, 10) : 4;
-  if (n < 1)
-    n = 1;
-  return n > UVS__RUNNERS ? UVS__RUNNERS : (unsigned) n;
-}
-
-
 /* The scheduler's lock is held for a few dozen instructions at a time, by
  * drains on several pool threads at once under load: where glibc has it,
  * an adaptive mutex spins a little before it sleeps in the kernel. */
@@ -56,6 +41,12 @@ int uvs_sched_init(uv_loop_t* loop,
     s->manual_clock = 1;
     uvs__store_rel(&s->manual_now, uv_hrtime() / 1000000);
   }
+  if (options != NULL) {
+    s->budget = options->budget; /* 0: a time slice, see drain.c */
+    s->max_concurrency = options->max_concurrency;
+    s->keep_alive = options->keep_alive != 0;
+    s->linger_us = options->linger_us;
+  }
   err = uvs__timers_init(&s->timers, uvs__clock_ms(s));
   if (err != 0)
     return err;
@@ -73,12 +64,6 @@ int uvs_sched_init(uv_loop_t* loop,
 
   s->loop = loop;
   s->thread = uv_thread_self();
-  if (options != NULL) {
-    s->budget = options->budget; /* 0: a time slice, see drain.c */
-    s->max_concurrency = options->max_concurrency;
-    s->keep_alive = options->keep_alive != 0;
-    s->linger_us = options->linger_us;
-  }
   uvs__queue_init(&s->workers);
   uvs__queue_init(&s->closing);
   uvs__queue_init(&s->closed);
@@ -86,7 +71,6 @@ int uvs_sched_init(uv_loop_t* loop,
   uvs__queue_init(&s->loop_ready);
   uvs__queue_init(&s->space);
   uvs__queue_init(&s->wide_ready);
-  s->nrunners = pool_size();
   uvs__store_rel(&s->done_top, NULL);
   s->handles = 4;
   s->timer_due = UINT64_MAX;

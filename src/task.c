@@ -113,8 +113,13 @@ static void publish(uvs_task_t* t, unsigned claimed, unsigned state) {
 
 
 /* Schedules onto an open worker, on the lock-free path; flags are extra
- * state flags (UVS__T_POST). */
-static int accept_now(uvs_worker_t* w, uvs_task_t* t, unsigned flags) {
+ * state flags (UVS__T_POST). A full worker's UV_EAGAIN counts as a
+ * rejected call if count is set: a uvs_schedule_wait() that tries again
+ * counts once, at its end. */
+static int accept_now(uvs_worker_t* w,
+                      uvs_task_t* t,
+                      unsigned flags,
+                      int count) {
   unsigned claimed;
   unsigned prev;
   int err;
@@ -134,6 +139,8 @@ static int accept_now(uvs_worker_t* w, uvs_task_t* t, unsigned flags) {
     if (err != 0) {
       if (!(flags & UVS__T_POST))
         unclaim(t, claimed, prev);
+      if (count)
+        uvs__add_sc(&w->nrejected, 1);
       return err;
     }
     uvs__mark_ready(w, t);
@@ -196,12 +203,14 @@ static int accept_later(uvs_worker_t* w,
 
 
 /* Validates, pins and answers for a closing worker, then accepts the task
- * now (queued) or later (delayed, or periodic with period_ms). */
+ * now (queued; count as for accept_now()) or later (delayed, or periodic
+ * with period_ms). */
 static int schedule(uvs_worker_t* w,
                     uvs_task_t* t,
                     int delayed,
                     uint64_t delay_ms,
-                    uint64_t period_ms) {
+                    uint64_t period_ms,
+                    int count) {
   uvs_sched_t* s;
   uint64_t t_call;
   int foreign;
@@ -221,7 +230,7 @@ static int schedule(uvs_worker_t* w,
   else if (delayed)
     err = accept_later(w, t, t_call, delay_ms, period_ms);
   else
-    err = accept_now(w, t, 0);
+    err = accept_now(w, t, 0, count);
   uvs__worker_unpin(w, foreign);
   return err;
 }
@@ -230,19 +239,19 @@ static int schedule(uvs_worker_t* w,
 int uvs__schedule_node(uvs_worker_t* w, uvs_task_t* t) {
   /* post.c checked the worker; a close that starts meanwhile sweeps the
    * node up like any task that arrived late. */
-  return accept_now(w, t, UVS__T_POST);
+  return accept_now(w, t, UVS__T_POST, 1);
 }
 
 
 int uvs_schedule(uvs_worker_t* worker, uvs_task_t* task) {
-  return schedule(worker, task, 0, 0, 0);
+  return schedule(worker, task, 0, 0, 0, 1);
 }
 
 
 int uvs_schedule_after(uvs_worker_t* worker,
                        uvs_task_t* task,
                        uint64_t delay_ms) {
-  return schedule(worker, task, 1, delay_ms, 0);
+  return schedule(worker, task, 1, delay_ms, 0, 1);
 }
 
 
@@ -254,7 +263,7 @@ int uvs_schedule_every(uvs_worker_t* worker,
     return UV_EINVAL;
   if (task != NULL && task->done_cb == NULL)
     return UV_EINVAL;
-  return schedule(worker, task, 1, delay_ms, period_ms);
+  return schedule(worker, task, 1, delay_ms, period_ms, 1);
 }
 
 
@@ -346,35 +355,35 @@ int uvs_schedule_wait(uvs_worker_t* w, uvs_task_t* t, uint64_t timeout_ms) {
   int pinned;
   int err;
 
-  err = uvs_schedule(w, t);
-  if (err != UV_EAGAIN || w->on_full != UVS_FULL_BLOCK)
+  now = uv_hrtime();
+  err = schedule(w, t, 0, 0, 0, 0);
+  if (err != UV_EAGAIN)
     return err;
+  /* Pinned until it returns: a close wakes it, then waits for it to
+   * leave, and the one count of a rejected call goes to a live worker. */
+  if (uvs__worker_pin(w, &pinned) != 0)
+    return UV_ESHUTDOWN;
   /* Never block the thread that would make room: the loop's, or a pool
    * thread. libuv can't say which threads are its pool's: one that ever
    * ran a drain of this library is known to be one. */
-  if (uvs__is_thread(&w->thread) || uvs__tls.draining || uvs__tls.pool)
-    return UV_EAGAIN;
-
-  now = uv_hrtime();
-  deadline = timeout_ms > (UINT64_MAX - now) / 1000000
-                 ? UINT64_MAX
-                 : now + timeout_ms * 1000000;
-  /* Pinned while it waits: a close wakes it, then waits for it to leave. */
-  if (uvs__worker_pin(w, &pinned) != 0)
-    return UV_ESHUTDOWN;
-  if (uv_cond_init(&waiter.cond) != 0) {
-    uvs__worker_unpin(w, pinned);
-    return UV_ENOMEM;
+  if (w->on_full == UVS_FULL_BLOCK && !uvs__is_thread(&w->thread) &&
+      !uvs__tls.draining && !uvs__tls.pool) {
+    deadline = timeout_ms > (UINT64_MAX - now) / 1000000
+                   ? UINT64_MAX
+                   : now + timeout_ms * 1000000;
+    if (uv_cond_init(&waiter.cond) != 0) {
+      uvs__worker_unpin(w, pinned);
+      return UV_ENOMEM;
+    }
+    while (err == UV_EAGAIN) {
+      err = uvs__wait_room(w, &waiter, deadline);
+      if (err == 0)
+        err = schedule(w, t, 0, 0, 0, 0);
+    }
+    uv_cond_destroy(&waiter.cond);
   }
-  for (;;) {
-    err = uvs_schedule(w, t);
-    if (err != UV_EAGAIN)
-      break;
-    err = uvs__wait_room(w, &waiter, deadline);
-    if (err != 0)
-      break;
-  }
-  uv_cond_destroy(&waiter.cond);
+  if (err == UV_EAGAIN || err == UV_ETIMEDOUT)
+    uvs__add_sc(&w->nrejected, 1);
   uvs__worker_unpin(w, pinned);
   return err;
 }

@@ -333,8 +333,15 @@ void uvs__worker_push(uvs_worker_t* w, uvs_task_t* t, int requeue) {
     t->node.prev = NULL; /* see uvs__inbox_push */
   }
   uvs__inbox_push(w, t);
-  /* The other half is turn_ended(): it stores IDLE, then looks at the
-   * inbox. Either it sees this task or this load sees IDLE. */
+  /* A wide worker whose lanes all run wants none more: the other half is
+   * lane_work_done() in loop.c, which frees a lane, then looks at the
+   * inbox. Either it sees this task or this load sees the lane free. */
+  if (w->keys != NULL &&
+      __atomic_load_n(&w->lanes_active, __ATOMIC_SEQ_CST) >= w->width)
+    return;
+  /* The other half is turn_ended() (serve_wide() in loop.c for a wide
+   * worker): it stores IDLE, then looks at the inbox. Either it sees this
+   * task or this load sees IDLE. */
   if (__atomic_load_n(&w->state, __ATOMIC_SEQ_CST) != UVS__WS_IDLE)
     return;
   idle = UVS__WS_IDLE;

@@ -46,6 +46,7 @@ struct uvs__queue_s {
   struct uvs__queue_s* inbox_tail; /* atomic: MPSC inbox, producers swap */   \
   unsigned state;                  /* atomic: idle or scheduled */            \
   unsigned inflight;               /* atomic: callers pinned by count */      \
+  unsigned lanes_active; /* atomic, stores under the lock: width > 1 */       \
   char pad_producer[64];                                                      \
   /* Consumer side: under the scheduler's lock. What a drain's visit          \
    * touches comes first, in as few cache lines as it fits: a runner that     \
@@ -87,22 +88,17 @@ struct uvs__queue_s {
   struct uvs__queue_s waiters;    /* uvs_schedule_wait callers, FIFO */       \
   struct uvs__queue_s space_node; /* on sched->space */                       \
   struct uvs__queue_s kready;     /* width > 1: tasks lanes may start */      \
-  unsigned lanes_active;          /* width > 1: lanes posted or running */    \
-  unsigned lanes_short; /* width > 1: the last task a lane timed was short */ \
   uvs_hist_t hist_wait;                                                       \
   uvs_hist_t hist_run;
 
 /* Threads that hold a hazard slot at once (src/hazard.c). */
 #define UVS__HAZARDS 128
 
-/* Most runners (uv_queue_work items that each serve ready pool workers in
- * turn) a scheduler has posted at once. */
-#define UVS__RUNNERS 16
-
 #define UVS_SCHED_PRIVATE_FIELDS                                              \
   uv_async_t async;                                                           \
   uv_timer_t timer;                                                           \
   uv_idle_t idle;                                                             \
+  uv_check_t check; /* ends the loop iteration of a loop turn */              \
   uv_mutex_t lock;                                                            \
   uv_thread_t thread;                                                         \
   uvs_sched_close_cb close_cb;                                                \
@@ -136,17 +132,11 @@ struct uvs__queue_s {
   unsigned inflight;   /* atomic: callers inside the API on this scheduler */ \
   unsigned handles;    /* libuv handles still open */                         \
   int keep_alive;                                                             \
-  uv_work_t runners[UVS__RUNNERS];                                            \
-  uvs_worker_t* runner_first[UVS__RUNNERS];                                   \
+  struct uvs__runner_s* runners; /* cap of them, or 1024 at most */          \
+  struct uvs__runner_s* runner_free; /* those not posted */                  \
   uint64_t runner_epoch; /* runs of runners so far */                         \
   unsigned space_any;    /* atomic: a worker was listed on space */           \
-  unsigned runners_busy; /* bit per runner posted */                          \
-  unsigned nrunners;     /* runners it may post: the pool's size, at most */  \
-  /* Runners join in only where they pay (drain.c, uvs__runner_wanted). */    \
-  unsigned runners_in;    /* inside uvs__run_ready() */                       \
-  unsigned runners_short; /* the last turn a runner timed was short */        \
-  uint64_t runner_mark[UVS__RUNNERS]; /* ticks at its batch's start, or 0 */  \
-  uv_timer_t help; /* looks again for a runner held up by a long task */      \
+  unsigned cap; /* most drains at once: max_concurrency or the pool */        \
   int manual_clock;                                                           \
   uint64_t manual_now; /* atomic: ms, with manual_clock */
 
