@@ -192,7 +192,8 @@ TEST_IMPL(time_after_due_order) {
 
 /* A delayed task that falls due joins the tail of its worker's FIFO: it
  * runs after the tasks queued before it fell due. The worker is held busy
- * by a gate task until well after the due time. */
+ * by a gate task until both delayed tasks have fallen due (the worker's
+ * metrics say none is delayed any more), however slow the machine. */
 static uv_sem_t go;
 
 static void gate_run_cb(uvs_task_t* task) {
@@ -202,10 +203,13 @@ static void gate_run_cb(uvs_task_t* task) {
 
 
 static void gate_timer_cb(uv_timer_t* handle) {
+  uvs_worker_metrics_t m;
   int i;
 
-  /* The delayed task (due at 1 ms) is in the FIFO by now; these go behind
-   * it. */
+  ASSERT_OK(uvs_worker_metrics(&pool_w, &m));
+  if (m.delayed != 0)
+    return; /* look again at the next tick */
+  /* The delayed tasks are in the FIFO by now; these go behind them. */
   for (i = 2; i < 5; i++) {
     tasks[i].id = i;
     tasks[i].t_call = uv_hrtime();
@@ -229,7 +233,7 @@ TEST_IMPL(time_after_joins_fifo_tail) {
   schedule_timed(&pool_w, &tasks[1], 1, 5);
   schedule_timed(&pool_w, &tasks[0], 0, 0);
   ASSERT_OK(uv_timer_init(&loop, &timer));
-  ASSERT_OK(uv_timer_start(&timer, gate_timer_cb, 20, 0));
+  ASSERT_OK(uv_timer_start(&timer, gate_timer_cb, 1, 1));
   ASSERT_OK(uv_run(&loop, UV_RUN_DEFAULT));
   ASSERT_EQ(norder, 5);
   for (i = 0; i < 5; i++) ASSERT_EQ(order[i], i);
