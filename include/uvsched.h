@@ -74,6 +74,8 @@ typedef enum {
 } uvs_full_t;
 
 typedef void (*uvs_worker_space_cb)(uvs_worker_t* worker);
+/* 0.3: a key that was full has room again (per-key bounds). */
+typedef void (*uvs_worker_key_space_cb)(uvs_worker_t* worker, uint64_t key);
 
 typedef struct uvs_worker_options_s {
   /* Most run_cbs of this worker at once; 0 or 1 = serial; > 1 only for
@@ -90,6 +92,15 @@ typedef struct uvs_worker_options_s {
   uvs_worker_space_cb space_cb;
   /* Nonzero: keep the wait and run histograms of uvs_worker_metrics_t. */
   int metrics;
+  /* 0.3. width > 1 only: most queued, not started tasks of one key; 0 = no
+   * cap. A schedule onto a full key meets on_full for that key alone. */
+  size_t key_max_pending;
+  /* Loop thread; may be NULL: a key that was found full fell to
+   * key_max_pending / 2. */
+  uvs_worker_key_space_cb key_space_cb;
+  /* A task ready longer than this when it would start is shed (done_cb
+   * with UV_ETIMEDOUT); 0 = never. */
+  uint64_t max_wait_ms;
 } uvs_worker_options_t;
 
 /* A log2 histogram: bucket k counts values of less than 2^k us (and at
@@ -104,6 +115,7 @@ typedef struct uvs_worker_metrics_s {
   uint64_t scheduled, ran, cancelled, rejected, dropped;
   uvs_hist_t wait; /* ready (queued or due) -> run_cb starts; with metrics */
   uvs_hist_t run;  /* run_cb duration; with metrics */
+  uint64_t expired; /* 0.3: tasks shed by max_wait_ms */
 } uvs_worker_metrics_t;
 
 /* The private tails of the structs below. */
@@ -190,6 +202,12 @@ UVS_EXTERN int uvs_schedule_wait(uvs_worker_t* worker,
 UVS_EXTERN int uvs_task_set_key(uvs_task_t* task, uint64_t key);
 /* Loop thread; only with manual_clock. */
 UVS_EXTERN int uvs_clock_advance(uvs_sched_t* sched, uint64_t ms);
+
+/* 0.3: re-arm a delayed task that has not fallen due (any thread, O(1)). */
+UVS_EXTERN int uvs_task_reschedule(uvs_task_t* task, uint64_t delay_ms);
+/* 0.3: the upper bound, in ns, of the bucket where the q-quantile falls,
+ * capped at max_ns; 0 for an empty histogram or q outside [0, 1]. */
+UVS_EXTERN uint64_t uvs_hist_quantile(const uvs_hist_t* hist, double q);
 
 #ifdef __cplusplus
 }

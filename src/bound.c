@@ -241,3 +241,38 @@ int uvs__wait_room(uvs_worker_t* w, uvs__waiter_t* waiter, uint64_t deadline) {
   uv_mutex_unlock(&s->lock);
   return err;
 }
+
+
+uint64_t uvs_hist_quantile(const uvs_hist_t* h, double q) {
+  uint64_t n;
+  uint64_t want;
+  uint64_t seen;
+  uint64_t bound;
+  double x;
+  unsigned k;
+
+  if (h == NULL || !(q >= 0.0 && q <= 1.0)) /* NaN fails both */
+    return 0;
+  n = 0;
+  for (k = 0; k < 24; k++) n += h->bucket[k];
+  if (n == 0)
+    return 0;
+  /* max(1, ceil(q * n)), computed so that q * n never rounds past n. */
+  x = q * (double) n;
+  want = (uint64_t) x;
+  if ((double) want < x)
+    want++;
+  if (want < 1)
+    want = 1;
+  if (want > n)
+    want = n;
+  seen = 0;
+  for (k = 0; k < 23; k++) {
+    seen += h->bucket[k];
+    if (seen >= want) {
+      bound = ((uint64_t) 1 << k) * 1000;
+      return bound < h->max_ns ? bound : h->max_ns;
+    }
+  }
+  return h->max_ns; /* the last bucket holds everything longer */
+}

@@ -101,6 +101,26 @@ static void finish_periodic(uvs_sched_t* s, uvs_worker_t* w, uvs_task_t* t) {
 }
 
 
+/* A task that was ready longer than max_wait_ms is shed instead of run
+ * (lock held): handed back with UV_ETIMEDOUT, a post dropped unrun, a
+ * periodic task on to its next grid point. */
+static void shed(uvs_sched_t* s, uvs_worker_t* w, uvs_task_t* t) {
+  w->nexpired++;
+  if (!(uvs__load_rlx(&t->state) & UVS__T_PERIODIC)) {
+    uvs__drop(s, t, UV_ETIMEDOUT);
+    return;
+  }
+  w->nskipped++;
+  if (w->flags & UVS__WF_CLOSING) {
+    uvs__drop(s, t, UV_ECANCELED);
+    return;
+  }
+  t->due = uvs__grid_latest(t, uvs__clock_ms(s)) + t->period;
+  uvs__task_update(t, UVS__T_MASK, UVS__T_DELAYED);
+  uvs__delay(w, t);
+}
+
+
 /* Where a drain counts its runs: the worker's fields for a serial worker,
  * whose drains run one at a time, or its own lane's for a wide one. Each
  * field has one writer at a time, so a store will do; readers add the
@@ -396,14 +416,17 @@ static unsigned turn(uvs_worker_t* w,
           lane->kent = NULL; /* the cancel released its key */
         continue;
       }
-      if (uvs__cancelling(w)) {
+      if (uvs__cancelling(w) || uvs__stale(w, t)) {
         uv_mutex_lock(&s->lock);
         if (lane != NULL && lane->kent != NULL) {
           uvs__keys_release(w, lane->kent);
           lane->kent = NULL;
         }
         uvs__unqueued(w);
-        uvs__drop(s, t, UV_ECANCELED);
+        if (uvs__cancelling(w))
+          uvs__drop(s, t, UV_ECANCELED);
+        else
+          shed(s, w, t);
         uv_mutex_unlock(&s->lock);
         continue;
       }

@@ -474,8 +474,22 @@ void uvs__hist_add(uvs_hist_t* h, uint64_t ns);
 /* A task of w became ready (queued or due): with metrics, when, in us,
  * kept in its status until it starts. */
 static inline void uvs__mark_ready(const uvs_worker_t* w, uvs_task_t* t) {
-  if (w->metrics)
+  if (w->metrics || w->max_wait_us != 0)
     t->status = (int) (uint32_t) (uv_hrtime() / 1000);
+}
+
+/* Has t been ready longer than w's max_wait_ms, at the time a drain would
+ * start it? Done-less tasks of the user never are: nothing could tell
+ * their owner. Waits are measured in 32 bits of us, which is why a
+ * max_wait_ms of 2^31 us or more never sheds. */
+static inline int uvs__stale(const uvs_worker_t* w, const uvs_task_t* t) {
+  uint32_t waited;
+
+  if (w->max_wait_us == 0 || w->max_wait_us == UINT32_MAX ||
+      (t->done_cb == NULL && !(uvs__load_rlx(&t->state) & UVS__T_POST)))
+    return 0;
+  waited = (uint32_t) (uv_hrtime() / 1000) - (uint32_t) t->status;
+  return waited > w->max_wait_us;
 }
 
 /* ---- handback.c -------------------------------------------------------- */

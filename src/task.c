@@ -143,8 +143,8 @@ static int accept_now(uvs_worker_t* w,
         uvs__add_sc(&w->nrejected, 1);
       return err;
     }
-    uvs__mark_ready(w, t);
   }
+  uvs__mark_ready(w, t);
   /* The worker (release) after the claim, the state (release) last: a cancel
    * that sees this worker sees the claim, and one that sees the state sees
    * every field (cancel()). */
@@ -155,6 +155,16 @@ static int accept_now(uvs_worker_t* w,
   publish(t, claimed, flags | UVS__T_QUEUED);
   uvs__worker_push(w, t, 0);
   return 0;
+}
+
+
+/* The due time in ms of a delay from now on s's clock: rounded up, so
+ * that due * 1e6 >= t_call + delay (guarantee 6); a manual clock stands
+ * still between advances, so its now is exact. */
+static uint64_t due_after(uvs_sched_t* s, uint64_t t_call, uint64_t delay) {
+  if (s->manual_clock)
+    return uvs__clock_ms(s) + delay;
+  return (t_call + 999999) / 1000000 + delay;
 }
 
 
@@ -186,12 +196,7 @@ static int accept_later(uvs_worker_t* w,
     uvs__store_rel(&t->worker, w);
     t->period = period_ms;
     t->status = 0;
-    /* Due times round up to the ms, so that due * 1e6 >= t_call + delay.
-     * A manual clock stands still between advances: now is exact. */
-    if (s->manual_clock)
-      t->due = uvs__clock_ms(s) + delay_ms;
-    else
-      t->due = (t_call + 999999) / 1000000 + delay_ms;
+    t->due = due_after(s, t_call, delay_ms);
     publish(t, claimed,
             (period_ms != 0 ? UVS__T_PERIODIC : 0) | UVS__T_DELAYED);
     uvs__delay(w, t);
@@ -267,11 +272,17 @@ int uvs_schedule_every(uvs_worker_t* worker,
 }
 
 
-static int cancel(uvs_task_t* t, uvs__hazard_t* hz) {
+/* Takes the lock of the scheduler whose worker holds t queued or delayed,
+ * with that worker named in hz: 0 and *sp locked, *stp the state seen
+ * under the lock, or UV_EBUSY if t is in no worker's custody (cancelled,
+ * handed back). */
+static int lock_custody(uvs_task_t* t,
+                        uvs__hazard_t* hz,
+                        uvs_sched_t** sp,
+                        unsigned* stp) {
   uvs_worker_t* w;
   uvs_sched_t* s;
   unsigned st;
-  int err;
 
   for (;;) {
     st = uvs__load_acq(&t->state);
@@ -307,14 +318,26 @@ static int cancel(uvs_task_t* t, uvs__hazard_t* hz) {
     if (uvs__load_acq(&t->worker) == w) {
       st = uvs__load_acq(&t->state);
       if ((st & UVS__T_MASK) == UVS__T_QUEUED ||
-          (st & UVS__T_MASK) == UVS__T_DELAYED)
-        break;
+          (st & UVS__T_MASK) == UVS__T_DELAYED) {
+        *sp = s;
+        *stp = st;
+        return 0;
+      }
     }
     /* Moved, handed back or re-scheduled meanwhile: look again. */
     uv_mutex_unlock(&s->lock);
   }
+}
 
-  /* Under the lock of the task's scheduler now. */
+
+static int cancel(uvs_task_t* t, uvs__hazard_t* hz) {
+  uvs_sched_t* s;
+  unsigned st;
+  int err;
+
+  err = lock_custody(t, hz, &s, &st);
+  if (err != 0)
+    return err;
   err = uvs__cancel_locked(s, t);
   if (err == UV_EBUSY && (st & UVS__T_PERIODIC)) {
     /* Running: the run finishing hands it back instead of re-arming it. */
@@ -322,6 +345,34 @@ static int cancel(uvs_task_t* t, uvs__hazard_t* hz) {
       uvs__task_update(t, 0, UVS__T_CANCELLED);
       err = 0;
     }
+  }
+  uv_mutex_unlock(&s->lock);
+  return err;
+}
+
+
+static int reschedule(uvs_task_t* t, uvs__hazard_t* hz, uint64_t delay) {
+  uvs_worker_t* w;
+  uvs_sched_t* s;
+  uint64_t t_call;
+  unsigned st;
+  int err;
+
+  t_call = uvs__hrtime_late();
+  err = lock_custody(t, hz, &s, &st);
+  if (err != 0)
+    return err;
+  w = t->worker;
+  if (uvs__shut(s, w))
+    err = UV_ESHUTDOWN; /* it comes back as the close decides */
+  else if ((st & UVS__T_MASK) != UVS__T_DELAYED)
+    err = UV_EBUSY; /* queued or running: it runs as before */
+  else {
+    /* Out of the wheel and back in at the tail of its new slot: for the
+     * same-ms order it counts as scheduled now. */
+    uvs__undelay(w, t);
+    t->due = due_after(s, t_call, delay);
+    uvs__delay(w, t);
   }
   uv_mutex_unlock(&s->lock);
   return err;
@@ -399,4 +450,21 @@ int uvs_task_set_key(uvs_task_t* t, uint64_t key) {
     return UV_EBUSY;
   t->key = key;
   return 0;
+}
+
+
+int uvs_task_reschedule(uvs_task_t* t, uint64_t delay_ms) {
+  uvs__hazard_t* hz;
+  unsigned st;
+  int err;
+
+  if (t == NULL || delay_ms > UVS__MAX_MS)
+    return UV_EINVAL;
+  st = uvs__load_acq(&t->state);
+  if ((st & UVS__T_MASK) == UVS__T_IDLE)
+    return UV_EINVAL; /* never scheduled */
+  hz = uvs__hazard_enter();
+  err = reschedule(t, hz, delay_ms);
+  uvs__hazard_leave(hz);
+  return err;
 }

@@ -130,6 +130,12 @@ int uvs__worker_init(uvs_sched_t* s,
       w->space_cb = o->space_cb;
       w->metrics = o->metrics != 0;
       w->counting = w->max_pending != 0 || w->metrics;
+      w->key_max = o->key_max_pending;
+      w->key_space_cb = o->key_space_cb;
+      if (o->max_wait_ms != 0)
+        w->max_wait_us = o->max_wait_ms >= ((uint64_t) 1 << 31) / 1000
+                             ? UINT32_MAX
+                             : (uint32_t) (o->max_wait_ms * 1000);
     } else {
       w->width = 1;
     }
@@ -469,6 +475,8 @@ int uvs_worker_init_ex(uvs_sched_t* s,
     return UV_EINVAL;
   if (o->width > 1 && where != UVS_POOL)
     return UV_EINVAL;
+  if (o->key_max_pending != 0 && o->width <= 1)
+    return UV_EINVAL;
   if (o->on_full != UVS_FULL_REJECT && o->on_full != UVS_FULL_BLOCK &&
       o->on_full != UVS_FULL_DROP_OLDEST)
     return UV_EINVAL;
@@ -531,7 +539,10 @@ int uvs_worker_metrics(const uvs_worker_t* worker, uvs_worker_metrics_t* out) {
   /* A closed worker's lanes may be freed: its own field counts them. */
   out->ran = open ? uvs__worker_ran(w) : load64(&w->nran);
   out->dropped = w->ndropped;
-  out->cancelled = w->ncancelled - w->ndropped;
+  out->expired = w->nexpired;
+  /* Handed back for being full or stale count there, not here. */
+  out->cancelled =
+      w->ncancelled - w->ndropped - (w->nexpired - w->nskipped);
   out->rejected = load64(&w->nrejected);
   out->delayed = w->ndelayed;
   if (w->counting)

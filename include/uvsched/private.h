@@ -36,6 +36,8 @@ struct uvs__queue_s {
   unsigned width;                                                             \
   unsigned on_full;                                                           \
   size_t max_pending;                                                         \
+  size_t key_max; /* 0.3: key_max_pending */                                  \
+  uint32_t max_wait_us; /* 0.3: max_wait_ms in us; UINT32_MAX = never */      \
   struct uvs__keys_s* keys; /* width > 1: lanes and the key table */          \
   /* The fields each side writes per task or per batch are kept 64 bytes      \
    * apart from what the other side reads, so that they never share a cache   \
@@ -81,6 +83,9 @@ struct uvs__queue_s {
   uint64_t ndelayed;   /* under the lock */                                   \
   uint64_t nrejected;  /* atomic */                                           \
   uint64_t ndropped;   /* under the lock */                                   \
+  uint64_t nexpired;   /* under the lock: shed by max_wait_ms */              \
+  uint64_t nskipped;   /* under the lock: of those, periodic grid points */   \
+  uvs_worker_key_space_cb key_space_cb;                                       \
   unsigned running;    /* atomic */                                           \
   unsigned full;       /* atomic: was full, space_cb owed at low_water */     \
   unsigned nwaiters;   /* stores under the lock */                            \
