@@ -793,14 +793,20 @@ static void requeue_cancel_done(uvs_task_t* task, int status) {
 }
 
 
+/* uvs_task_init clears the key add_items() set: set it again. */
+static void requeue_cancel_init(item_t* it) {
+  ASSERT_OK(uvs_task_init(&it->task, requeue_cancel_run, requeue_cancel_done));
+  ASSERT_OK(uvs_task_set_key(&it->task, ((uint64_t) it->key << 40) | 0xabcdu));
+}
+
+
 TEST_IMPL(keys_width_requeue_self_then_cancel) {
   uvs_worker_metrics_t m;
 
   setup_width(UVS_POOL, 2);
   check_window = 0;
   add_items(1, key_one, requeue_cancel_run);
-  ASSERT_OK(
-      uvs_task_init(&items[0].task, requeue_cancel_run, requeue_cancel_done));
+  requeue_cancel_init(&items[0]);
   ASSERT_OK(uvs_schedule(&worker, &items[0].task));
   ASSERT_OK(uv_run(&loop, UV_RUN_DEFAULT));
   ASSERT_OK(requeue_cancel_rc);
@@ -808,10 +814,8 @@ TEST_IMPL(keys_width_requeue_self_then_cancel) {
   ASSERT_ERR(items[0].status, UV_ECANCELED);
   /* The key again, with a task behind it. */
   add_items(2, key_one, requeue_cancel_run);
-  ASSERT_OK(
-      uvs_task_init(&items[1].task, requeue_cancel_run, requeue_cancel_done));
-  ASSERT_OK(
-      uvs_task_init(&items[2].task, requeue_cancel_run, requeue_cancel_done));
+  requeue_cancel_init(&items[1]);
+  requeue_cancel_init(&items[2]);
   ASSERT_OK(uvs_schedule(&worker, &items[1].task));
   ASSERT_OK(uvs_schedule(&worker, &items[2].task));
   ASSERT_OK(uv_run(&loop, UV_RUN_DEFAULT));
