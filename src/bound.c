@@ -71,11 +71,44 @@ static void evict_for(uvs_worker_t* w) {
    * way, so no space_cb is owed for an eviction. */
   uvs__add_sc(&w->q_in, 1);
   t = take_oldest(w);
-  if (t != NULL) {
-    uvs__unqueued(w);
-    w->ndropped++;
-    uvs__drop(w->sched, t, UV_ENOBUFS);
-  }
+  if (t != NULL)
+    uvs__evicted(w, t);
+  if (w->key_max != 0)
+    uvs__keys_space_check(w);
+}
+
+
+/* Lists w on its scheduler's space list, owing the callbacks in what
+ * (lock held); the loop calls them (call_space_cbs() in loop.c). */
+static void owe_cb(uvs_worker_t* w, unsigned what) {
+  uvs_sched_t* s;
+
+  s = w->sched;
+  if (w->space_owed == 0)
+    uvs__queue_push(&s->space, &w->space_node);
+  w->space_owed |= what;
+  uvs__store_rel(&s->space_any, 1u);
+  uvs__kick(s);
+}
+
+
+void uvs__evicted(uvs_worker_t* w, uvs_task_t* t) {
+  uvs__unqueued(w);
+  w->ndropped++;
+  uvs__drop(w->sched, t, UV_ENOBUFS);
+}
+
+
+void uvs__keys_space_check(uvs_worker_t* w) {
+  unsigned news;
+
+  news = uvs__keys_news(w);
+  if ((news & UVS__KEYS_OWED) && !(w->space_owed & UVS__OWE_KEYS) &&
+      !(w->flags & UVS__WF_CLOSING))
+    owe_cb(w, UVS__OWE_KEYS);
+  /* Waiters may wait for any key: each looks again at its own. */
+  if ((news & UVS__KEYS_ROOM) && w->nwaiters != 0)
+    uvs__wake_all(w);
 }
 
 
@@ -167,12 +200,9 @@ void uvs__space_check(uvs_worker_t* w, int locked) {
   s = w->sched;
   if (!locked)
     uv_mutex_lock(&s->lock);
-  if (owe && !w->space_owed && !(w->flags & UVS__WF_CLOSING)) {
-    w->space_owed = 1;
-    uvs__queue_push(&s->space, &w->space_node);
-    uvs__store_rel(&s->space_any, 1u);
-    uvs__kick(s);
-  }
+  if (owe && !(w->space_owed & UVS__OWE_SPACE) &&
+      !(w->flags & UVS__WF_CLOSING))
+    owe_cb(w, UVS__OWE_SPACE);
   if (w->nwaiters != 0 && uvs__queued_now(w) < w->max_pending)
     wake_one(w);
   if (!locked)
@@ -210,7 +240,18 @@ void uvs__hist_add(uvs_hist_t* h, uint64_t ns) {
 }
 
 
-int uvs__wait_room(uvs_worker_t* w, uvs__waiter_t* waiter, uint64_t deadline) {
+/* Is a task of key full on w: the worker at max_pending, or its key at
+ * key_max_pending? Lock held. */
+static int full_for(uvs_worker_t* w, uint64_t key) {
+  return (w->max_pending != 0 && uvs__queued_now(w) >= w->max_pending) ||
+         uvs__keys_key_full(w, key);
+}
+
+
+int uvs__wait_room(uvs_worker_t* w,
+                   uvs__waiter_t* waiter,
+                   uint64_t key,
+                   uint64_t deadline) {
   uvs_sched_t* s;
   uint64_t now;
   int err;
@@ -221,8 +262,7 @@ int uvs__wait_room(uvs_worker_t* w, uvs__waiter_t* waiter, uint64_t deadline) {
   uvs__queue_push(&w->waiters, &waiter->node);
   __atomic_store_n(&w->nwaiters, w->nwaiters + 1, __ATOMIC_SEQ_CST);
   /* Room made before we were listed is seen here (see space_check). */
-  while (!waiter->woken && !uvs__shut(s, w) &&
-         uvs__queued_now(w) >= w->max_pending) {
+  while (!waiter->woken && !uvs__shut(s, w) && full_for(w, key)) {
     now = uv_hrtime();
     if (now >= deadline ||
         uv_cond_timedwait(&waiter->cond, &s->lock, deadline - now) != 0)
@@ -235,8 +275,7 @@ int uvs__wait_room(uvs_worker_t* w, uvs__waiter_t* waiter, uint64_t deadline) {
   err = 0;
   if (uvs__shut(s, w))
     err = UV_ESHUTDOWN;
-  else if (!waiter->woken && uvs__queued_now(w) >= w->max_pending &&
-           uv_hrtime() >= deadline)
+  else if (!waiter->woken && full_for(w, key) && uv_hrtime() >= deadline)
     err = UV_ETIMEDOUT;
   uv_mutex_unlock(&s->lock);
   return err;

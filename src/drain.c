@@ -310,6 +310,8 @@ static unsigned fill(uvs_worker_t* w,
     t = uvs__keys_pick(w, &lane->kent);
     if (t == NULL)
       return 0;
+    if (w->key_max != 0)
+      uvs__keys_space_check(w); /* its key has one task fewer queued */
     __atomic_store_n(&slots[0], t, __ATOMIC_RELAXED);
     t->node.prev = (uvs__queue_t*) ((uintptr_t) &slots[0] | 1);
     return 1;

@@ -271,6 +271,28 @@ int uvs__keys_nonempty(uvs_worker_t* w);
 unsigned uvs__keys_lanes_wanted(uvs_worker_t* w);
 /* A lane was posted to pick a task (+1), or picked or ended (-1). */
 void uvs__keys_seeking(uvs_worker_t* w, int delta);
+/* 0.3, key_max_pending (lock held). Counts t in against its key's bound:
+ * 0, UV_EAGAIN if the key is full and on_full is not DROP_OLDEST (the key
+ * is marked full), UV_ENOMEM; with DROP_OLDEST a full key's oldest queued
+ * task is taken out into *evicted, for the caller to hand back. Tasks
+ * without a key pass. */
+int uvs__keys_admit(uvs_worker_t* w, uvs_task_t* t, uvs_task_t** evicted);
+/* Undoes an admit of t that its caller could not complete. */
+void uvs__keys_unadmit(uvs_worker_t* w, uvs_task_t* t);
+/* Counts t in with no bound (a delayed task falling due): 0 or
+ * UV_ENOMEM. */
+int uvs__keys_reserve(uvs_worker_t* w, uvs_task_t* t);
+/* Files a counted-in task: onto kready, or behind its key. */
+void uvs__keys_file(uvs_worker_t* w, uvs_task_t* t);
+/* Has key as many queued tasks as the bound? */
+int uvs__keys_key_full(uvs_worker_t* w, uint64_t key);
+/* What happened since the last call: room made for some key, and entries
+ * newly owing key_space_cb. */
+#define UVS__KEYS_ROOM 1u
+#define UVS__KEYS_OWED 2u
+unsigned uvs__keys_news(uvs_worker_t* w);
+/* Takes the oldest key owed a key_space_cb: 1 and *key, or 0. */
+int uvs__keys_owed_take(uvs_worker_t* w, uint64_t* key);
 
 /* ---- hazard.c: what keeps a worker alive under a cancel or a pin ----- */
 typedef struct uvs__hazard_s uvs__hazard_t;
@@ -397,6 +419,10 @@ void uvs__worker_make_ready(uvs_worker_t* worker);
  * idle. A new schedule passes requeue = 0 and holds no lock; a delayed task
  * that fell due passes 1, and the caller holds the lock. */
 void uvs__worker_push(uvs_worker_t* worker, uvs_task_t* task, int requeue);
+/* A task counted in under its key (per-key bounds) joins kready or the
+ * queue behind its key, and the worker wants a lane if one is free. Lock
+ * held. */
+void uvs__worker_file(uvs_worker_t* worker, uvs_task_t* task);
 /* A delayed task enters, or leaves, the wheel and its worker's delayed
  * list together (lock held); uvs__due() queues one that fell due. */
 void uvs__delay(uvs_worker_t* worker, uvs_task_t* task);
@@ -462,11 +488,22 @@ void uvs__space_check(uvs_worker_t* worker, int locked);
 void uvs__note_max(uvs_worker_t* worker, uint64_t queued);
 /* Tasks queued now in a counting worker. */
 uint64_t uvs__queued_now(uvs_worker_t* worker);
-/* Blocks a producer (no lock held) until room, a close (UV_ESHUTDOWN) or
- * the deadline (UV_ETIMEDOUT, on uv_hrtime()); 0: try again. */
+/* Blocks a producer (no lock held) until room for a task of key, a close
+ * (UV_ESHUTDOWN) or the deadline (UV_ETIMEDOUT, on uv_hrtime()); 0: try
+ * again. */
 int uvs__wait_room(uvs_worker_t* worker,
                    uvs__waiter_t* waiter,
+                   uint64_t key,
                    uint64_t deadline);
+/* A key's oldest task evicted for a new one (DROP_OLDEST, per-key bounds):
+ * out of the worker's count and handed back with UV_ENOBUFS. Lock held. */
+void uvs__evicted(uvs_worker_t* worker, uvs_task_t* task);
+/* After tasks left a per-key-bounded worker's queue: key_space_cb owed,
+ * blocked producers woken to look again. Lock held. */
+void uvs__keys_space_check(uvs_worker_t* worker);
+/* worker->space_owed: what the loop owes a worker listed on sched->space. */
+#define UVS__OWE_SPACE 1u /* space_cb */
+#define UVS__OWE_KEYS 2u  /* key_space_cb, for the keys its entries list */
 /* Wakes every blocked producer of a closing worker (lock held). */
 void uvs__wake_all(uvs_worker_t* worker);
 void uvs__hist_add(uvs_hist_t* h, uint64_t ns);

@@ -36,9 +36,16 @@
 struct uvs__kent_s {
   struct uvs__kent_s* next; /* hash chain, or free list */
   uint64_t key;
-  uvs_task_t* head; /* in kready or running */
+  uvs_task_t* head; /* in kready or running; NULL only with key_max */
   int taken;        /* head is in a lane (picked), not in kready */
   uvs__queue_t q;   /* the key's tasks behind head, through their node */
+  /* 0.3, key_max_pending: the key's tasks queued and not started, and
+   * whether a schedule found it full (key_space_cb owed at key_max / 2)
+   * and whether that callback is owed now (on owed, through owed_node). */
+  size_t queued;
+  int full;
+  int owed;
+  uvs__queue_t owed_node;
 };
 
 typedef struct kchunk_s {
@@ -53,6 +60,10 @@ struct uvs__keys_s {
   size_t count;   /* entries in the table */
   size_t nready;  /* about how many tasks kready holds (see intake) */
   unsigned seeking; /* lanes posted that have not picked a task yet */
+  /* 0.3, key_max_pending: entries owing key_space_cb, oldest first, and
+   * what happened since the last uvs__keys_news(). */
+  uvs__queue_t owed;
+  unsigned news;
   uvs__kent_t* free;
   kchunk_t* extra; /* fallback chunks, freed when no key is active */
   /* In the same block, after the lanes: */
@@ -112,6 +123,7 @@ uvs__keys_t* uvs__keys_new(unsigned width) {
   k->buckets = k->small;
   k->nbuckets = nsmall;
   k->shift = shift;
+  uvs__queue_init(&k->owed);
   free_list_reset(k);
   return k;
 }
@@ -229,6 +241,11 @@ static uvs__kent_t* ent_new(uvs__keys_t* k, uint64_t key) {
   e = k->free;
   k->free = e->next;
   e->key = key;
+  e->head = NULL;
+  e->taken = 0;
+  e->queued = 0;
+  e->full = 0;
+  e->owed = 0;
   uvs__queue_init(&e->q);
   e->next = k->buckets[bucket_of(k, key)];
   k->buckets[bucket_of(k, key)] = e;
@@ -248,6 +265,38 @@ static void ent_del(uvs__keys_t* k, uvs__kent_t* e) {
   k->free = e;
   if (--k->count == 0)
     free_extra(k);
+}
+
+
+/* Deletes an entry that holds nothing and owes nothing: idle keys cost
+ * no memory. */
+static void maybe_del(uvs__keys_t* k, uvs__kent_t* e) {
+  if (e->head == NULL && uvs__queue_empty(&e->q) && e->queued == 0 &&
+      !e->owed)
+    ent_del(k, e);
+}
+
+
+/* With key_max_pending, one of e's queued tasks left the queue: room for
+ * a blocked producer, and key_space_cb owed once a full key falls to half
+ * its bound. */
+static void count_out(uvs_worker_t* w, uvs__kent_t* e) {
+  uvs__keys_t* k;
+
+  if (w->key_max == 0)
+    return;
+  k = w->keys;
+  e->queued--;
+  k->news |= UVS__KEYS_ROOM;
+  if (e->full && e->queued <= w->key_max / 2) {
+    e->full = 0;
+    if (w->key_space_cb != NULL && !e->owed &&
+        !(w->flags & UVS__WF_CLOSING)) {
+      e->owed = 1;
+      uvs__queue_push(&k->owed, &e->owed_node);
+      k->news |= UVS__KEYS_OWED;
+    }
+  }
 }
 
 
@@ -294,11 +343,12 @@ int uvs__keys_intake(uvs_worker_t* w) {
       continue;
     }
     e = lookup(k, t->key);
-    if (e != NULL) {
+    if (e != NULL && e->head != NULL) {
       uvs__queue_push(&e->q, &t->node);
       continue;
     }
-    e = ent_new(k, t->key);
+    if (e == NULL)
+      e = ent_new(k, t->key);
     if (e == NULL) {
       /* Out of memory: back to the head of the FIFO, for a later try. */
       uvs__queue_unshift(&w->fifo, &t->node);
@@ -324,14 +374,21 @@ uvs_task_t* uvs__keys_pick(uvs_worker_t* w, uvs__kent_t** ent) {
   if (t->key != 0) {
     *ent = (uvs__kent_t*) t->tnode.next;
     (*ent)->taken = 1;
+    count_out(w, *ent);
   }
   return t;
 }
 
 
 void uvs__keys_unpick(uvs_worker_t* w, uvs_task_t* t) {
-  if (t->key != 0)
-    ((uvs__kent_t*) t->tnode.next)->taken = 0;
+  uvs__kent_t* e;
+
+  if (t->key != 0) {
+    e = (uvs__kent_t*) t->tnode.next;
+    e->taken = 0;
+    if (w->key_max != 0)
+      e->queued++; /* back in the queue: counted again, bound or not */
+  }
   uvs__queue_unshift(&w->kready, &t->node);
   w->keys->nready++;
 }
@@ -342,7 +399,9 @@ void uvs__keys_release(uvs_worker_t* w, uvs__kent_t* e) {
 
   q = uvs__queue_shift(&e->q);
   if (q == NULL) {
-    ent_del(w->keys, e);
+    e->head = NULL;
+    e->taken = 0;
+    maybe_del(w->keys, e);
     return;
   }
   set_head(e, uvs__container_of(q, uvs_task_t, node));
@@ -361,9 +420,15 @@ void uvs__keys_unlinked(uvs_worker_t* w, uvs_task_t* t) {
    * lane's to release, even when the same task, scheduled again from its
    * run_cb or done_cb, is what leaves now from behind it. */
   e = lookup(w->keys, t->key);
-  if (e != NULL && e->head == t &&
-      (!e->taken || ((uintptr_t) t->node.prev & 1)))
+  if (e == NULL)
+    return;
+  /* A picked task was counted out when it was picked. */
+  if (!((uintptr_t) t->node.prev & 1) && !(e->head == t && e->taken))
+    count_out(w, e);
+  if (e->head == t && (!e->taken || ((uintptr_t) t->node.prev & 1)))
     uvs__keys_release(w, e);
+  else
+    maybe_del(w->keys, e);
 }
 
 
@@ -383,8 +448,10 @@ uvs_task_t* uvs__keys_take(uvs_worker_t* w) {
   /* Tasks waiting behind a running one of their key. */
   for (i = 0; i < w->keys->nbuckets; i++)
     for (e = w->keys->buckets[i]; e != NULL; e = e->next)
-      if ((q = uvs__queue_shift(&e->q)) != NULL)
+      if ((q = uvs__queue_shift(&e->q)) != NULL) {
+        count_out(w, e);
         return uvs__container_of(q, uvs_task_t, node);
+      }
   return NULL;
 }
 
@@ -412,4 +479,138 @@ unsigned uvs__keys_lanes_wanted(uvs_worker_t* w) {
 
 void uvs__keys_seeking(uvs_worker_t* w, int delta) {
   w->keys->seeking += (unsigned) delta;
+}
+
+
+/* ---- 0.3: per-key bounds (key_max_pending) ----------------------------- */
+/* With a bound, tasks are filed under their keys as they are accepted, not
+ * taken in from the inbox later, so that every queued task of a key is
+ * counted in its entry and its oldest is at hand for DROP_OLDEST. An entry
+ * lives while its key has a task queued or running, or owes key_space_cb. */
+
+/* The key's oldest queued task, taken out and counted out, or NULL. */
+static uvs_task_t* take_key_oldest(uvs_worker_t* w, uvs__kent_t* e) {
+  uvs__queue_t* q;
+  uvs_task_t* t;
+
+  if (e->head != NULL && !e->taken) {
+    t = e->head;
+    uvs__queue_remove(&t->node);
+    ready_taken(w->keys);
+    count_out(w, e);
+    uvs__keys_release(w, e);
+    return t;
+  }
+  q = uvs__queue_shift(&e->q);
+  if (q == NULL)
+    return NULL;
+  count_out(w, e);
+  return uvs__container_of(q, uvs_task_t, node);
+}
+
+
+int uvs__keys_admit(uvs_worker_t* w, uvs_task_t* t, uvs_task_t** evicted) {
+  uvs__keys_t* k;
+  uvs__kent_t* e;
+
+  *evicted = NULL;
+  if (t->key == 0)
+    return 0;
+  k = w->keys;
+  e = lookup(k, t->key);
+  if (e == NULL) {
+    e = ent_new(k, t->key);
+    if (e == NULL)
+      return UV_ENOMEM;
+  }
+  if (e->queued >= w->key_max) {
+    e->full = 1;
+    if (w->on_full != UVS_FULL_DROP_OLDEST)
+      return UV_EAGAIN;
+    /* The new task counts in first: the count never dips on the way, so
+     * an eviction owes no key_space_cb. */
+    e->queued++;
+    *evicted = take_key_oldest(w, e);
+    return 0;
+  }
+  e->queued++;
+  return 0;
+}
+
+
+void uvs__keys_unadmit(uvs_worker_t* w, uvs_task_t* t) {
+  uvs__kent_t* e;
+
+  if (t->key == 0)
+    return;
+  e = lookup(w->keys, t->key);
+  e->queued--;
+  maybe_del(w->keys, e);
+}
+
+
+int uvs__keys_reserve(uvs_worker_t* w, uvs_task_t* t) {
+  uvs__kent_t* e;
+
+  if (t->key == 0)
+    return 0;
+  e = lookup(w->keys, t->key);
+  if (e == NULL) {
+    e = ent_new(w->keys, t->key);
+    if (e == NULL)
+      return UV_ENOMEM;
+  }
+  e->queued++;
+  return 0;
+}
+
+
+void uvs__keys_file(uvs_worker_t* w, uvs_task_t* t) {
+  uvs__kent_t* e;
+
+  if (t->key != 0) {
+    e = lookup(w->keys, t->key);
+    if (e->head != NULL) {
+      uvs__queue_push(&e->q, &t->node);
+      return;
+    }
+    set_head(e, t);
+  }
+  uvs__queue_push(&w->kready, &t->node);
+  w->keys->nready++;
+}
+
+
+int uvs__keys_key_full(uvs_worker_t* w, uint64_t key) {
+  uvs__kent_t* e;
+
+  if (w->key_max == 0 || key == 0)
+    return 0;
+  e = lookup(w->keys, key);
+  return e != NULL && e->queued >= w->key_max;
+}
+
+
+unsigned uvs__keys_news(uvs_worker_t* w) {
+  unsigned news;
+
+  if (w->keys == NULL)
+    return 0;
+  news = w->keys->news;
+  w->keys->news = 0;
+  return news;
+}
+
+
+int uvs__keys_owed_take(uvs_worker_t* w, uint64_t* key) {
+  uvs__queue_t* q;
+  uvs__kent_t* e;
+
+  if (w->keys == NULL || (q = uvs__queue_shift(&w->keys->owed)) == NULL)
+    return 0;
+  e = uvs__container_of(q, uvs__kent_t, owed_node);
+  e->owed = 0;
+  *key = e->key;
+  maybe_del(w->keys, e);
+  return 1;
 }

@@ -532,10 +532,13 @@ static int finish_closes(uvs_sched_t* s) {
 }
 
 
-/* Bounded workers that were full and fell to low_water: space_cb. */
+/* Bounded workers that were full and fell to low_water: space_cb; keys
+ * that were full and fell to half their bound: key_space_cb. */
 static void call_space_cbs(uvs_sched_t* s) {
   uvs__queue_t* q;
   uvs_worker_t* w;
+  uint64_t key;
+  unsigned owed;
 
   /* Set under the lock by whoever lists a worker; a kick brings us back. */
   if (!__atomic_exchange_n(&s->space_any, 0u, __ATOMIC_ACQUIRE))
@@ -543,10 +546,19 @@ static void call_space_cbs(uvs_sched_t* s) {
   uv_mutex_lock(&s->lock);
   while ((q = uvs__queue_shift(&s->space)) != NULL) {
     w = uvs__container_of(q, uvs_worker_t, space_node);
+    owed = w->space_owed;
     w->space_owed = 0;
-    uv_mutex_unlock(&s->lock);
-    w->space_cb(w);
-    uv_mutex_lock(&s->lock);
+    if (owed & UVS__OWE_SPACE) {
+      uv_mutex_unlock(&s->lock);
+      w->space_cb(w);
+      uv_mutex_lock(&s->lock);
+    }
+    /* A close from a callback takes the rest off the list. */
+    while ((owed & UVS__OWE_KEYS) && uvs__keys_owed_take(w, &key)) {
+      uv_mutex_unlock(&s->lock);
+      w->key_space_cb(w, key);
+      uv_mutex_lock(&s->lock);
+    }
   }
   uv_mutex_unlock(&s->lock);
 }

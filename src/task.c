@@ -112,6 +112,48 @@ static void publish(uvs_task_t* t, unsigned claimed, unsigned state) {
 }
 
 
+/* accept_now() for a worker with per-key bounds: under the lock, counted
+ * in against its key (which may evict that key's oldest task) and the
+ * worker's bound, and filed under its key at once. */
+static int accept_filed(uvs_worker_t* w,
+                        uvs_task_t* t,
+                        unsigned flags,
+                        unsigned claimed,
+                        unsigned prev) {
+  uvs_sched_t* s;
+  uvs_task_t* evicted;
+  int err;
+
+  s = w->sched;
+  uv_mutex_lock(&s->lock);
+  err = uvs__keys_admit(w, t, &evicted);
+  /* Out of the worker's count before the new task counts in: DROP_OLDEST
+   * evicts one task for one task. */
+  if (evicted != NULL)
+    uvs__evicted(w, evicted);
+  if (err == 0 && w->counting) {
+    err = uvs__admit(w, 1);
+    if (err != 0)
+      uvs__keys_unadmit(w, t);
+  }
+  if (err != 0) {
+    uv_mutex_unlock(&s->lock);
+    if (!(flags & UVS__T_POST))
+      unclaim(t, claimed, prev);
+    return err;
+  }
+  uvs__mark_ready(w, t);
+  uvs__store_rel(&t->worker, w);
+  t->period = 0;
+  t->due = 0;
+  publish(t, claimed, flags | UVS__T_QUEUED);
+  w->nsched++;
+  uvs__worker_file(w, t);
+  uv_mutex_unlock(&s->lock);
+  return 0;
+}
+
+
 /* Schedules onto an open worker, on the lock-free path; flags are extra
  * state flags (UVS__T_POST). A full worker's UV_EAGAIN counts as a
  * rejected call if count is set: a uvs_schedule_wait() that tries again
@@ -134,6 +176,12 @@ static int accept_now(uvs_worker_t* w,
       return err;
   }
   t->status = 0;
+  if (w->key_max != 0) {
+    err = accept_filed(w, t, flags, claimed, prev);
+    if (err == UV_EAGAIN && count)
+      uvs__add_sc(&w->nrejected, 1);
+    return err;
+  }
   if (w->counting) {
     err = uvs__admit(w, 0);
     if (err != 0) {
@@ -427,7 +475,7 @@ int uvs_schedule_wait(uvs_worker_t* w, uvs_task_t* t, uint64_t timeout_ms) {
       return UV_ENOMEM;
     }
     while (err == UV_EAGAIN) {
-      err = uvs__wait_room(w, &waiter, deadline);
+      err = uvs__wait_room(w, &waiter, t->key, deadline);
       if (err == 0)
         err = schedule(w, t, 0, 0, 0, 0);
     }

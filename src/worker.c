@@ -231,6 +231,7 @@ void uvs__worker_close_locked(uvs_worker_t* w,
   uvs_sched_t* s;
   uvs_task_t* t;
   uint64_t now;
+  uint64_t key;
 
   s = w->sched;
   /* Producers on other threads read the flags without the lock. */
@@ -241,10 +242,14 @@ void uvs__worker_close_locked(uvs_worker_t* w,
   w->close_cb = cb;
   uvs__queue_remove(&w->list_node);
   uvs__queue_push(&s->closing, &w->list_node);
-  /* Blocked producers answer UV_ESHUTDOWN; no space_cb once closing. */
+  /* Blocked producers answer UV_ESHUTDOWN; no space_cb, nor key_space_cb,
+   * once closing. */
   uvs__wake_all(w);
-  uvs__queue_remove(&w->space_node);
+  if (w->space_owed != 0)
+    uvs__queue_remove(&w->space_node);
   w->space_owed = 0;
+  while (uvs__keys_owed_take(w, &key))
+    ;
 
   /* Delayed tasks: draining runs those already due; the rest never run. */
   now = uvs__clock_ms(s);
@@ -400,8 +405,11 @@ int uvs__cancel_locked(uvs_sched_t* s, uvs_task_t* t) {
                                      __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
       return UV_EBUSY; /* the drain took it: running */
   }
-  if (t->worker->keys != NULL)
+  if (t->worker->keys != NULL) {
     uvs__keys_unlinked(t->worker, t);
+    if (t->worker->key_max != 0)
+      uvs__keys_space_check(t->worker);
+  }
   uvs__unqueued(t->worker);
   uvs__drop(s, t, UV_ECANCELED);
   return 0;
@@ -461,7 +469,30 @@ void uvs__undelay(uvs_worker_t* w, uvs_task_t* t) {
 void uvs__due(uvs_worker_t* w, uvs_task_t* t) {
   uvs__task_update(t, UVS__T_MASK, UVS__T_QUEUED);
   uvs__mark_ready(w, t);
+  /* With per-key bounds every queued task is filed under its key: one
+   * that falls due is counted there too, past the bound if need be (its
+   * entry can't be had without memory: then it goes the inbox's way and
+   * lanes take it in later). */
+  if (w->key_max != 0 && uvs__keys_reserve(w, t) == 0) {
+    uvs__worker_file(w, t);
+    return;
+  }
   uvs__worker_push(w, t, 1);
+}
+
+
+void uvs__worker_file(uvs_worker_t* w, uvs_task_t* t) {
+  unsigned idle;
+
+  uvs__keys_file(w, t);
+  /* Under the lock, as lane_work_done() and serve_wide() in loop.c are:
+   * a lane is wanted if one is free and the worker is not listed. */
+  if (w->lanes_active >= w->width)
+    return;
+  idle = UVS__WS_IDLE;
+  if (__atomic_compare_exchange_n(&w->state, &idle, UVS__WS_SCHEDULED, 0,
+                                  __ATOMIC_SEQ_CST, __ATOMIC_RELAXED))
+    uvs__worker_make_ready(w);
 }
 
 
