@@ -22,7 +22,7 @@
 #define UVS_BENCH_BUILDTYPE "unknown"
 #endif
 
-#define MAX_ROWS 64
+#define MAX_ROWS 96
 #define MAX_FIGURES 256
 
 struct bench_row_s {
@@ -314,8 +314,11 @@ static summary_t row_summary(const bench_row_t* r) {
 
 
 /* The table lists rows by scenario number, then in the order they were
- * made (s1 and s3 also make rows of s9, measured under their load). */
+ * made (s1 and s3 also make rows of s9, measured under their load). The
+ * users' rows (u1, u2, ...) come before all of them. */
 static int row_scenario(const bench_row_t* r) {
+  if (r->id[0] == 'u')
+    return -1;
   return r->id[0] == 's' ? atoi(r->id + 1) : 0;
 }
 
