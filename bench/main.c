@@ -52,6 +52,8 @@ typedef struct scenario_s {
 } scenario_t;
 
 static const scenario_t scenarios[] = {
+    {"u", "users", "users' view: head-of-line, server mix, dependency, keys",
+     bench_users},
     {"s1", "pool-one", "one pool worker, tasks scheduled from the loop",
      bench_s1_pool_one},
     {"s2", "pool-many", "10,000 pool workers x 100 tasks, round-robin",
@@ -818,6 +820,9 @@ static void cfg_full(bench_cfg_t* c) {
   c->keyed_per = 10;
   c->clock_tasks = 10000;
   c->clock_steps = 60;
+  c->users_rounds = 8;
+  c->users_long_ms = 50;
+  c->users_short = 32;
 }
 
 
@@ -846,6 +851,9 @@ static void cfg_smoke(bench_cfg_t* c) {
   c->keyed_per = 10;
   c->clock_tasks = 1000;
   c->clock_steps = 5;
+  c->users_rounds = 1;
+  c->users_long_ms = 5;
+  c->users_short = 32;
 }
 
 

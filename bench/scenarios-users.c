@@ -1,0 +1,451 @@
+/* The users' view (scenario u): what a libuv program sees of uvsched when
+ * tasks are of mixed lengths, rather than what one empty task costs.
+ *
+ * Every row is measured for three systems, interleaved in one process and
+ * one run (the order of the systems alternates from one round to the
+ * next):
+ *   - uvsched, as the row says (serial workers, or one width-4 worker);
+ *   - raw uv_queue_work, one request per task, in no order at all;
+ *   - the naive ordered worker of baselines.c (a mutex-protected FIFO and
+ *     one uv_queue_work drain at a time), one per worker or per key.
+ * The target column is against naive, the plain way to keep order with
+ * libuv alone; the rows against raw say what order costs at all.
+ *
+ * A task's length is CPU time of its own thread (busy-spin), not wall
+ * time: a task preempted by another thread on the same core still costs
+ * what it says, so that the load is what the row says on any machine.
+ * Latencies are uv_hrtime() from just before the schedule call (or push,
+ * or uv_queue_work) to the moment run_cb starts or returns.
+ */
+
+#include "bench.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+enum { U_UVS = 0, U_RAW = 1, U_NAIVE = 2 };
+
+typedef struct utask_s utask_t;
+
+/* One task, whichever system carries it: each system runs utask_exec(). */
+struct utask_s {
+  uvs_task_t task;          /* uvsched */
+  bench_node_t node;        /* naive */
+  uv_work_t req;            /* raw */
+  uint64_t spin_ns;         /* its length, in CPU time */
+  uint64_t seq;             /* in its lane */
+  bench_lane_t* lane;       /* ordered systems: order and count */
+  bench_count_t* count;     /* raw: count only */
+  void (*body)(utask_t* t); /* after the spin: u4's wait and signal */
+  void (*then)(utask_t* t); /* after the count: u4's naive hand-back */
+  uvs_done_cb done;         /* uvsched: NULL releases the task at run_cb */
+  uv_after_work_cb after;   /* raw: may be NULL */
+  void* ctx;
+  uint64_t arg;
+  uint32_t idx; /* its worker, or key - 1 */
+  uint32_t kind;
+  uint64_t t_call;  /* uv_hrtime() just before the schedule call */
+  uint64_t t_start; /* run_cb starts */
+  uint64_t t_end;   /* run_cb returns (before the count) */
+};
+
+/* How a system takes tasks. */
+typedef struct usys_s {
+  int kind;
+  uv_loop_t* loop;
+  uvs_worker_t* workers; /* U_UVS: worker idx, unless */
+  uvs_worker_t* wide;    /* U_UVS: this one, with key idx + 1 */
+  bench_naive_t* naive;  /* U_NAIVE: queue idx */
+  int err;
+} usys_t;
+
+/* Spins for ns of the calling thread's CPU time. */
+static void spin_cpu(uint64_t ns) {
+  uint64_t end;
+
+  end = bench_thread_cpu() + ns;
+  while (bench_thread_cpu() < end) {
+  }
+}
+
+
+static void utask_exec(utask_t* t) {
+  t->t_start = uv_hrtime();
+  if (t->spin_ns != 0)
+    spin_cpu(t->spin_ns);
+  if (t->body != NULL)
+    t->body(t);
+  t->t_end = uv_hrtime();
+  if (t->lane != NULL)
+    bench_lane_hit(t->lane, t->seq);
+  else
+    bench_count_hit(t->count);
+  if (t->then != NULL)
+    t->then(t);
+}
+
+
+static void utask_uvs_run(uvs_task_t* task) {
+  utask_exec((utask_t*) task);
+}
+
+
+static void utask_node_run(bench_node_t* node) {
+  utask_exec((utask_t*) ((char*) node - offsetof(utask_t, node)));
+}
+
+
+static void utask_raw_run(uv_work_t* req) {
+  utask_exec((utask_t*) ((char*) req - offsetof(utask_t, req)));
+}
+
+
+/* Submits t to s from the loop thread, stamping t_call. */
+static void submit(usys_t* s, utask_t* t) {
+  int err;
+
+  err = 0;
+  t->t_start = 0;
+  t->t_end = 0;
+  switch (s->kind) {
+    case U_UVS:
+      uvs_task_init(&t->task, utask_uvs_run, t->done);
+      if (s->wide != NULL)
+        uvs_task_set_key(&t->task, (uint64_t) t->idx + 1);
+      t->t_call = uv_hrtime();
+      err = uvs_schedule(s->wide != NULL ? s->wide : &s->workers[t->idx],
+                         &t->task);
+      break;
+    case U_RAW:
+      t->t_call = uv_hrtime();
+      err = uv_queue_work(s->loop, &t->req, utask_raw_run, t->after);
+      break;
+    default:
+      t->node.run = utask_node_run;
+      t->t_call = uv_hrtime();
+      bench_naive_push(&s->naive[t->idx], &t->node);
+      break;
+  }
+  if (err != 0 && s->err == 0)
+    s->err = err;
+}
+
+
+/* libuv's pool size, read as libuv reads it. */
+static unsigned pool_size(void) {
+  const char* v;
+  long n;
+
+  v = getenv("UV_THREADPOOL_SIZE");
+  n = v != NULL ? atol(v) : 4;
+  if (n < 1)
+    n = 1;
+  if (n > 1024)
+    n = 1024;
+  return (unsigned) n;
+}
+
+
+/* ---- p50 / p99 / max rows ------------------------------------------------ */
+
+typedef struct lat_stats_s {
+  double p50;
+  double p99;
+  double max;
+} lat_stats_t;
+
+/* Sorts v. NAN for none. */
+static lat_stats_t lat_stats(double* v, size_t n) {
+  lat_stats_t s;
+
+  s.p50 = s.p99 = s.max = NAN;
+  if (n == 0)
+    return s;
+  s.p50 = bench_percentile(v, n, 50.0);
+  s.p99 = bench_percentile(v, n, 99.0);
+  s.max = v[n - 1];
+  return s;
+}
+
+/* Six rows of one latency: p50, p99 and max against naive, then against
+ * raw. ids and titles are string literals, in that order. */
+typedef struct lat_rows_s {
+  bench_row_t* row[6];
+} lat_rows_t;
+
+static void lat_rows_make(lat_rows_t* r,
+                          const char* const* ids,
+                          const char* const* titles,
+                          const char* unit,
+                          double p50_target,
+                          double p99_target) {
+  double target;
+  int i;
+
+  for (i = 0; i < 6; i++) {
+    target = i == 0 ? p50_target : i == 1 ? p99_target : NAN;
+    r->row[i] = bench_row(ids[i], titles[i], unit,
+                          isnan(target) ? BENCH_INFO : BENCH_LE, target, 0);
+  }
+}
+
+
+static void lat_rows_add(lat_rows_t* r,
+                         lat_stats_t u,
+                         lat_stats_t raw,
+                         lat_stats_t naive) {
+  bench_row_add(r->row[0], u.p50, naive.p50);
+  bench_row_add(r->row[1], u.p99, naive.p99);
+  bench_row_add(r->row[2], u.max, naive.max);
+  bench_row_add(r->row[3], u.p50, raw.p50);
+  bench_row_add(r->row[4], u.p99, raw.p99);
+  bench_row_add(r->row[5], u.max, raw.max);
+}
+
+
+static void sched_open(uv_loop_t* loop, uvs_sched_t* sched) {
+  bench_loop_init(loop);
+  if (uvs_sched_init(loop, sched, NULL) != 0)
+    abort();
+}
+
+
+static void naive_open(uv_loop_t* loop, bench_naive_t* q, size_t n) {
+  size_t i;
+
+  for (i = 0; i < n; i++)
+    if (bench_naive_init(loop, &q[i]) != 0)
+      abort();
+}
+
+
+static void naive_close(bench_naive_t* q, size_t n) {
+  size_t i;
+
+  for (i = 0; i < n; i++) bench_naive_close(&q[i]);
+}
+
+
+/* Closes what sched_open() opened, unless the scheduler still counts work
+ * pending that will never run: then it says so and leaves it be, rather
+ * than hang in the close. */
+static void sched_done(uv_loop_t* loop, uvs_sched_t* sched, const char* w) {
+  uvs_stats_t st;
+
+  uvs_sched_stats(sched, &st);
+  if (st.pending != 0) {
+    bench_fail("%s: the scheduler counts %llu pending at rest; not closed", w,
+               (unsigned long long) st.pending);
+    return;
+  }
+  bench_check_stats(sched, w);
+  bench_sched_close(loop, sched, w);
+  bench_loop_close(loop, w);
+}
+
+
+/* ---- u1, u2: head-of-line blocking ----------------------------------------
+ *
+ * A 50 ms task runs on one worker (or key); 1 ms after its schedule call,
+ * 32 other workers (or keys) get a 2 us task each. Their start latency is
+ * what a server's other connections wait because one is busy. The
+ * baselines are the same for both rows (one request per task; one naive
+ * queue per worker or key, which is the same thing), so they are measured
+ * once per round and compared with both uvsched variants.
+ */
+
+#define HOL_SHORT_NS 2000
+#define HOL_VARIANTS 4 /* uvsched serial, uvsched width 4, raw, naive */
+
+typedef struct hol_s {
+  uv_loop_t* loop;
+  usys_t* sys;
+  utask_t* tasks; /* the long one, then nshort */
+  size_t nshort;
+  uint64_t long_ns;
+  bench_count_t count;
+  uv_timer_t timer;
+} hol_t;
+
+
+static void hol_timer_cb(uv_timer_t* timer) {
+  hol_t* h;
+  size_t i;
+
+  h = timer->data;
+  /* 1 ms by the real clock: the loop's timer goes by its cached ms. */
+  while (uv_hrtime() < h->tasks[0].t_call + 1000000) {
+  }
+  for (i = 1; i <= h->nshort; i++) submit(h->sys, &h->tasks[i]);
+  uv_close((uv_handle_t*) timer, NULL);
+}
+
+
+/* One round; lat[0..nshort) gets the short tasks' start latencies in us.
+ * Returns 0, or -1 after bench_fail(). */
+static int hol_round(hol_t* h, usys_t* sys, double* lat, const char* where) {
+  utask_t* t;
+  size_t i;
+
+  bench_count_reset(&h->count, h->nshort + 1);
+  for (i = 0; i <= h->nshort; i++) {
+    t = &h->tasks[i];
+    memset(t, 0, sizeof(*t));
+    t->idx = (uint32_t) i;
+    t->spin_ns = i == 0 ? h->long_ns : HOL_SHORT_NS;
+    t->count = &h->count;
+  }
+  h->sys = sys;
+  sys->err = 0;
+  bench_arm(where);
+  if (uv_timer_init(h->loop, &h->timer) != 0)
+    abort();
+  h->timer.data = h;
+  submit(sys, &h->tasks[0]);
+  uv_update_time(h->loop);
+  uv_timer_start(&h->timer, hol_timer_cb, 1, 0);
+  uv_run(h->loop, UV_RUN_DEFAULT);
+
+  if (sys->err != 0) {
+    bench_fail("%s: schedule: %s", where, uv_strerror(sys->err));
+    return -1;
+  }
+  if (bench_count_ran(&h->count) != h->nshort + 1) {
+    bench_fail("%s: %llu of %zu tasks ran", where,
+               (unsigned long long) bench_count_ran(&h->count), h->nshort + 1);
+    return -1;
+  }
+  for (i = 1; i <= h->nshort; i++)
+    lat[i - 1] = (double) (h->tasks[i].t_start - h->tasks[i].t_call) / 1e3;
+  return 0;
+}
+
+
+static void users_hol(const bench_cfg_t* cfg) {
+  static const char* const ids1[6] = {
+      "u1.hol-serial.p50",     "u1.hol-serial.p99",
+      "u1.hol-serial.max",     "u1.hol-serial.p50-raw",
+      "u1.hol-serial.p99-raw", "u1.hol-serial.max-raw"};
+  static const char* const titles1[6] = {
+      "HOL: 32 serial workers' 2 us tasks while one runs 50 ms, start "
+      "p50 vs naive",
+      "HOL: 32 serial workers' 2 us tasks while one runs 50 ms, start "
+      "p99 vs naive",
+      "HOL: 32 serial workers' 2 us tasks while one runs 50 ms, start "
+      "max vs naive",
+      "HOL: 32 serial workers' 2 us tasks while one runs 50 ms, start "
+      "p50 vs raw",
+      "HOL: 32 serial workers' 2 us tasks while one runs 50 ms, start "
+      "p99 vs raw",
+      "HOL: 32 serial workers' 2 us tasks while one runs 50 ms, start "
+      "max vs raw"};
+  static const char* const ids2[6] = {
+      "u2.hol-keyed.p50",     "u2.hol-keyed.p99",     "u2.hol-keyed.max",
+      "u2.hol-keyed.p50-raw", "u2.hol-keyed.p99-raw", "u2.hol-keyed.max-raw"};
+  static const char* const titles2[6] = {
+      "HOL: width-4 worker, 32 keys' 2 us tasks while key 1 runs 50 ms, "
+      "start p50 vs naive",
+      "HOL: width-4 worker, 32 keys' 2 us tasks while key 1 runs 50 ms, "
+      "start p99 vs naive",
+      "HOL: width-4 worker, 32 keys' 2 us tasks while key 1 runs 50 ms, "
+      "start max vs naive",
+      "HOL: width-4 worker, 32 keys' 2 us tasks while key 1 runs 50 ms, "
+      "start p50 vs raw",
+      "HOL: width-4 worker, 32 keys' 2 us tasks while key 1 runs 50 ms, "
+      "start p99 vs raw",
+      "HOL: width-4 worker, 32 keys' 2 us tasks while key 1 runs 50 ms, "
+      "start max vs raw"};
+  static const char* const where[HOL_VARIANTS] = {
+      "u1 uvsched serial", "u2 uvsched width 4", "u1/u2 raw", "u1/u2 naive"};
+  uv_loop_t loop;
+  uvs_sched_t sched;
+  uvs_worker_t* workers;
+  uvs_worker_t wide;
+  uvs_worker_options_t o;
+  bench_naive_t* naive;
+  usys_t sys[HOL_VARIANTS];
+  hol_t h;
+  lat_rows_t r1;
+  lat_rows_t r2;
+  lat_stats_t st[HOL_VARIANTS];
+  double* lat[HOL_VARIANTS];
+  int ok[HOL_VARIANTS];
+  size_t n;
+  size_t per;
+  size_t i;
+  unsigned round;
+  int run;
+  int v;
+  int k;
+
+  lat_rows_make(&r1, ids1, titles1, "us", NAN, 1.5);
+  lat_rows_make(&r2, ids2, titles2, "us", NAN, 1.5);
+  n = cfg->users_short;
+  per = (size_t) cfg->users_rounds * n;
+  for (v = 0; v < HOL_VARIANTS; v++) lat[v] = bench_alloc(per, sizeof(double));
+  workers = bench_alloc(n + 1, sizeof(*workers));
+  naive = bench_alloc(n + 1, sizeof(*naive));
+  memset(&h, 0, sizeof(h));
+  h.loop = &loop;
+  h.tasks = bench_alloc(n + 1, sizeof(*h.tasks));
+  h.nshort = n;
+  h.long_ns = (uint64_t) cfg->users_long_ms * 1000000;
+
+  sched_open(&loop, &sched);
+  for (i = 0; i <= n; i++)
+    if (uvs_worker_init(&sched, &workers[i], UVS_POOL) != 0)
+      abort();
+  memset(&o, 0, sizeof(o));
+  o.width = 4;
+  if (uvs_worker_init_ex(&sched, &wide, UVS_POOL, &o) != 0)
+    abort();
+  naive_open(&loop, naive, n + 1);
+  memset(sys, 0, sizeof(sys));
+  for (v = 0; v < HOL_VARIANTS; v++) sys[v].loop = &loop;
+  sys[0].kind = U_UVS;
+  sys[0].workers = workers;
+  sys[1].kind = U_UVS;
+  sys[1].wide = &wide;
+  sys[2].kind = U_RAW;
+  sys[3].kind = U_NAIVE;
+  sys[3].naive = naive;
+
+  for (run = 0; run < cfg->runs; run++) {
+    for (v = 0; v < HOL_VARIANTS; v++) ok[v] = 1;
+    for (round = 0; round < cfg->users_rounds; round++) {
+      for (k = 0; k < HOL_VARIANTS; k++) {
+        v = bench_order(run * (int) cfg->users_rounds + (int) round,
+                        HOL_VARIANTS, k);
+        if (hol_round(&h, &sys[v], &lat[v][round * n], where[v]) != 0)
+          ok[v] = 0;
+      }
+    }
+    for (v = 0; v < HOL_VARIANTS; v++) {
+      st[v] = lat_stats(lat[v], ok[v] ? per : 0);
+      bench_note(cfg, where[v], run, st[v].p99, "us start p99");
+    }
+    lat_rows_add(&r1, st[0], st[2], st[3]);
+    lat_rows_add(&r2, st[1], st[2], st[3]);
+  }
+
+  naive_close(naive, n + 1);
+  sched_done(&loop, &sched, "u1/u2");
+  bench_free(h.tasks);
+  bench_free(naive);
+  bench_free(workers);
+  for (v = 0; v < HOL_VARIANTS; v++) bench_free(lat[v]);
+}
+
+
+void bench_users(const bench_cfg_t* cfg) {
+  printf("# users: libuv pool of %u threads (UV_THREADPOOL_SIZE %s)\n",
+         pool_size(),
+         getenv("UV_THREADPOOL_SIZE") != NULL ? "as set" : "unset: default");
+  fflush(stdout);
+  users_hol(cfg);
+}
