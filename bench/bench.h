@@ -51,6 +51,7 @@ typedef struct bench_cfg_s {
   unsigned users_rounds;   /* u1, u2: rounds per repetition */
   unsigned users_long_ms;  /* u1, u2: the long task */
   size_t users_short;      /* u1, u2: short tasks, one per worker or key */
+  unsigned users_mix_ms;   /* u3: arrivals last this long per system */
 } bench_cfg_t;
 
 

@@ -823,6 +823,7 @@ static void cfg_full(bench_cfg_t* c) {
   c->users_rounds = 8;
   c->users_long_ms = 50;
   c->users_short = 32;
+  c->users_mix_ms = 1000;
 }
 
 
@@ -854,6 +855,7 @@ static void cfg_smoke(bench_cfg_t* c) {
   c->users_rounds = 1;
   c->users_long_ms = 5;
   c->users_short = 32;
+  c->users_mix_ms = 50;
 }
 
 

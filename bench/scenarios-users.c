@@ -136,6 +136,17 @@ static void submit(usys_t* s, utask_t* t) {
 }
 
 
+static void lanes_reset(bench_lane_t* lanes, size_t n, bench_count_t* c) {
+  size_t i;
+
+  for (i = 0; i < n; i++) {
+    lanes[i].next = 0;
+    lanes[i].bad = 0;
+    lanes[i].count = c;
+  }
+}
+
+
 /* libuv's pool size, read as libuv reads it. */
 static unsigned pool_size(void) {
   const char* v;
@@ -442,10 +453,300 @@ static void users_hol(const bench_cfg_t* cfg) {
 }
 
 
+/* ---- u3: a server's mix at 60% utilisation --------------------------------
+ *
+ * 64 serial workers; a producer thread wakes the loop at each arrival
+ * time (Poisson arrivals), as a socket's readiness would, and the loop
+ * schedules every arrival that is due, as a read callback would. 90% of
+ * the tasks spin 5 us, 10% spin 2 ms, each on a worker drawn at random.
+ * The rate makes the pool's load 60% of min(CPUs, pool threads). The
+ * figure is a short task's sojourn from the schedule call to the end of
+ * its run_cb: done_cb would not compare, as the naive worker has no
+ * per-task callback on the loop. "Backlog gone" is the time from the last
+ * arrival's schedule call to the last run's end. All three systems get
+ * the same arrivals (times, workers, lengths) in a repetition.
+ */
+
+#define MIX_WORKERS 64
+#define MIX_SHORT_NS 5000
+#define MIX_LONG_NS 2000000
+#define MIX_LONG_PER_10 1
+#define MIX_UTIL 0.6
+
+typedef struct mix_s {
+  uv_loop_t* loop;
+  usys_t* sys;
+  utask_t* tasks;
+  uint64_t* off; /* arrival i is due at t0 + off[i] ns */
+  size_t n;
+  size_t next; /* loop thread: the next arrival to schedule */
+  uint64_t t0;
+  int64_t mono_skew; /* CLOCK_MONOTONIC minus uv_hrtime() */
+  bench_lane_t lanes[MIX_WORKERS];
+  bench_count_t count;
+  uv_async_t poke;
+  bench_thread_t producer;
+} mix_t;
+
+
+/* Sleeps until each arrival's time and wakes the loop for it. */
+static void mix_producer(void* arg) {
+  struct timespec ts;
+  mix_t* m;
+  uint64_t at;
+  size_t i;
+
+  m = arg;
+  for (i = 0; i < m->n; i++) {
+    at = (uint64_t) ((int64_t) (m->t0 + m->off[i]) + m->mono_skew);
+    ts.tv_sec = (time_t) (at / 1000000000);
+    ts.tv_nsec = (long) (at % 1000000000);
+    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) ==
+           EINTR) {
+    }
+    uv_async_send(&m->poke);
+  }
+}
+
+
+static void mix_poke(uv_async_t* handle) {
+  mix_t* m;
+  uint64_t now;
+
+  m = handle->data;
+  if (m->next == m->n)
+    return;
+  now = uv_hrtime();
+  while (m->next < m->n && m->t0 + m->off[m->next] <= now)
+    submit(m->sys, &m->tasks[m->next++]);
+  if (m->next == m->n) {
+    /* The producer has only pokes for arrivals already due left: wait for
+     * it, so that no send can come after the close. */
+    bench_thread_join(&m->producer);
+    uv_close((uv_handle_t*) handle, NULL);
+  }
+}
+
+
+/* Draws a repetition's arrivals over window_ns at rate (per ns); sets each
+ * task's worker, length and place in its worker's order. */
+static void mix_arrivals(
+    mix_t* m, size_t cap, double rate, uint64_t window_ns, uint64_t seed) {
+  uint64_t per[MIX_WORKERS];
+  uint64_t st;
+  double t;
+  double u;
+  utask_t* task;
+
+  memset(per, 0, sizeof(per));
+  st = seed | 1;
+  t = 0;
+  for (m->n = 0; m->n < cap; m->n++) {
+    u = (double) ((bench_rand(&st) >> 11) + 1) / 9007199254740992.0;
+    t += -log(u) / rate;
+    if (t >= (double) window_ns)
+      break;
+    m->off[m->n] = (uint64_t) t;
+    task = &m->tasks[m->n];
+    memset(task, 0, sizeof(*task));
+    task->idx = (uint32_t) (bench_rand(&st) % MIX_WORKERS);
+    task->kind = bench_rand(&st) % 10 < MIX_LONG_PER_10;
+    task->spin_ns = task->kind ? MIX_LONG_NS : MIX_SHORT_NS;
+    task->seq = per[task->idx]++;
+  }
+}
+
+
+typedef struct mix_out_s {
+  lat_stats_t sojourn; /* short tasks, us */
+  double backlog_ms;
+} mix_out_t;
+
+
+/* One system's run of the arrivals; sojourn is scratch for n values.
+ * Returns 0, or -1 after bench_fail(). */
+static int mix_run(
+    mix_t* m, usys_t* sys, double* sojourn, mix_out_t* out, const char* where) {
+  struct timespec ts;
+  utask_t* t;
+  uint64_t last;
+  size_t i;
+  size_t k;
+
+  if (m->n == 0) {
+    bench_fail("%s: no arrivals in the window", where);
+    return -1;
+  }
+  bench_count_reset(&m->count, m->n);
+  lanes_reset(m->lanes, MIX_WORKERS, &m->count);
+  for (i = 0; i < m->n; i++) {
+    t = &m->tasks[i];
+    t->lane = sys->kind == U_RAW ? NULL : &m->lanes[t->idx];
+    t->count = &m->count;
+  }
+  m->sys = sys;
+  m->next = 0;
+  sys->err = 0;
+  if (uv_async_init(m->loop, &m->poke, mix_poke) != 0)
+    abort();
+  m->poke.data = m;
+  bench_arm(where);
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  m->t0 = uv_hrtime();
+  m->mono_skew =
+      ((int64_t) ts.tv_sec * 1000000000 + ts.tv_nsec) - (int64_t) m->t0;
+  m->t0 += 1000000; /* the first arrival after the loop is running */
+  bench_thread_start(&m->producer, mix_producer, m);
+  uv_run(m->loop, UV_RUN_DEFAULT);
+
+  if (sys->err != 0) {
+    bench_fail("%s: schedule: %s", where, uv_strerror(sys->err));
+    return -1;
+  }
+  if (bench_count_ran(&m->count) != m->n) {
+    bench_fail("%s: %llu of %zu tasks ran", where,
+               (unsigned long long) bench_count_ran(&m->count), m->n);
+    return -1;
+  }
+  for (i = 0; sys->kind != U_RAW && i < MIX_WORKERS; i++) {
+    if (m->lanes[i].bad != 0) {
+      bench_fail("%s: worker %zu ran %llu tasks out of order", where, i,
+                 (unsigned long long) m->lanes[i].bad);
+      return -1;
+    }
+  }
+  last = 0;
+  for (i = 0, k = 0; i < m->n; i++) {
+    t = &m->tasks[i];
+    if (t->t_end > last)
+      last = t->t_end;
+    if (!t->kind)
+      sojourn[k++] = (double) (t->t_end - t->t_call) / 1e3;
+  }
+  out->sojourn = lat_stats(sojourn, k);
+  out->backlog_ms =
+      m->n == 0 ? NAN : (double) (last - m->tasks[m->n - 1].t_call) / 1e6;
+  return 0;
+}
+
+
+static void users_mix(const bench_cfg_t* cfg) {
+  static const char* const ids[6] = {"u3.mix.p50",     "u3.mix.p99",
+                                     "u3.mix.max",     "u3.mix.p50-raw",
+                                     "u3.mix.p99-raw", "u3.mix.max-raw"};
+  static const char* const titles[6] = {
+      "mix 60%, 64 serial workers: 5 us tasks' schedule to run end, p50 "
+      "vs naive",
+      "mix 60%, 64 serial workers: 5 us tasks' schedule to run end, p99 "
+      "vs naive",
+      "mix 60%, 64 serial workers: 5 us tasks' schedule to run end, max "
+      "vs naive",
+      "mix 60%, 64 serial workers: 5 us tasks' schedule to run end, p50 "
+      "vs raw",
+      "mix 60%, 64 serial workers: 5 us tasks' schedule to run end, p99 "
+      "vs raw",
+      "mix 60%, 64 serial workers: 5 us tasks' schedule to run end, max "
+      "vs raw"};
+  static const char* const where[3] = {"u3 uvsched", "u3 raw", "u3 naive"};
+  uv_loop_t loop;
+  uvs_sched_t sched;
+  uvs_worker_t workers[MIX_WORKERS];
+  bench_naive_t naive[MIX_WORKERS];
+  usys_t sys[3];
+  mix_t* m;
+  mix_out_t out[3];
+  lat_rows_t rows;
+  bench_row_t* backlog;
+  bench_row_t* backlog_raw;
+  double* sojourn;
+  double arrivals[BENCH_MAX_RUNS];
+  double rate;
+  uint64_t window;
+  long ncpu;
+  unsigned cap;
+  size_t max_n;
+  size_t i;
+  int run;
+  int k;
+  int v;
+
+  lat_rows_make(&rows, ids, titles, "us", 1.25, 1.5);
+  backlog = bench_row("u3.mix.backlog",
+                      "mix 60%: backlog gone, last arrival to last run end, "
+                      "vs naive",
+                      "ms", BENCH_INFO, NAN, 0);
+  backlog_raw = bench_row("u3.mix.backlog-raw",
+                          "mix 60%: backlog gone, last arrival to last run "
+                          "end, vs raw",
+                          "ms", BENCH_INFO, NAN, 0);
+
+  /* The pool's capacity: its threads, but no more than the CPUs. */
+  ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+  cap = pool_size();
+  if (ncpu > 0 && (unsigned long) ncpu < cap)
+    cap = (unsigned) ncpu;
+  rate = MIX_UTIL * cap /
+         (0.1 * MIX_LONG_PER_10 * MIX_LONG_NS +
+          (1.0 - 0.1 * MIX_LONG_PER_10) * MIX_SHORT_NS);
+  window = (uint64_t) cfg->users_mix_ms * 1000000;
+  max_n = (size_t) (2.0 * rate * (double) window) + 64;
+  printf(
+      "# u3: capacity %u = min(cpus, pool threads), %.0f arrivals/s for "
+      "%u ms per system; sojourn = schedule call to run_cb's end\n",
+      cap, rate * 1e9, cfg->users_mix_ms);
+  fflush(stdout);
+
+  m = bench_alloc(1, sizeof(*m));
+  m->loop = &loop;
+  m->tasks = bench_alloc(max_n, sizeof(*m->tasks));
+  m->off = bench_alloc(max_n, sizeof(*m->off));
+  sojourn = bench_alloc(max_n, sizeof(*sojourn));
+  sched_open(&loop, &sched);
+  for (i = 0; i < MIX_WORKERS; i++)
+    if (uvs_worker_init(&sched, &workers[i], UVS_POOL) != 0)
+      abort();
+  naive_open(&loop, naive, MIX_WORKERS);
+  memset(sys, 0, sizeof(sys));
+  for (v = 0; v < 3; v++) {
+    sys[v].kind = v;
+    sys[v].loop = &loop;
+  }
+  sys[U_UVS].workers = workers;
+  sys[U_NAIVE].naive = naive;
+
+  for (run = 0; run < cfg->runs; run++) {
+    mix_arrivals(m, max_n, rate, window, 0x75e25 + (uint64_t) run);
+    arrivals[run] = (double) m->n;
+    for (k = 0; k < 3; k++) {
+      v = bench_order(run, 3, k);
+      if (mix_run(m, &sys[v], sojourn, &out[v], where[v]) != 0) {
+        out[v].sojourn = lat_stats(NULL, 0);
+        out[v].backlog_ms = NAN;
+      }
+      bench_note(cfg, where[v], run, out[v].sojourn.p99, "us sojourn p99");
+    }
+    lat_rows_add(&rows, out[U_UVS].sojourn, out[U_RAW].sojourn,
+                 out[U_NAIVE].sojourn);
+    bench_row_add(backlog, out[U_UVS].backlog_ms, out[U_NAIVE].backlog_ms);
+    bench_row_add(backlog_raw, out[U_UVS].backlog_ms, out[U_RAW].backlog_ms);
+  }
+  bench_figure("u3.arrivals", bench_median(arrivals, cfg->runs),
+               "tasks/system");
+
+  naive_close(naive, MIX_WORKERS);
+  sched_done(&loop, &sched, "u3");
+  bench_free(sojourn);
+  bench_free(m->off);
+  bench_free(m->tasks);
+  bench_free(m);
+}
+
+
 void bench_users(const bench_cfg_t* cfg) {
   printf("# users: libuv pool of %u threads (UV_THREADPOOL_SIZE %s)\n",
          pool_size(),
          getenv("UV_THREADPOOL_SIZE") != NULL ? "as set" : "unset: default");
   fflush(stdout);
   users_hol(cfg);
+  users_mix(cfg);
 }
