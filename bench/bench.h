@@ -52,6 +52,9 @@ typedef struct bench_cfg_s {
   unsigned users_long_ms;  /* u1, u2: the long task */
   size_t users_short;      /* u1, u2: short tasks, one per worker or key */
   unsigned users_mix_ms;   /* u3: arrivals last this long per system */
+  size_t users_cycles;     /* u4: burst + dependency cycles */
+  size_t users_burst;      /* u4: tiny tasks per burst */
+  unsigned users_wait_ms;  /* u4: deadline of one dependency wait */
 } bench_cfg_t;
 
 

@@ -824,6 +824,9 @@ static void cfg_full(bench_cfg_t* c) {
   c->users_long_ms = 50;
   c->users_short = 32;
   c->users_mix_ms = 1000;
+  c->users_cycles = 200;
+  c->users_burst = 1000;
+  c->users_wait_ms = 250;
 }
 
 
@@ -856,6 +859,9 @@ static void cfg_smoke(bench_cfg_t* c) {
   c->users_long_ms = 5;
   c->users_short = 32;
   c->users_mix_ms = 50;
+  c->users_cycles = 10;
+  c->users_burst = 100;
+  c->users_wait_ms = 250;
 }
 
 

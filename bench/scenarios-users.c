@@ -742,6 +742,311 @@ static void users_mix(const bench_cfg_t* cfg) {
 }
 
 
+/* ---- u4: a burst, then a task that waits for another worker's ----------
+ *
+ * Worker A gets 1,000 tiny tasks and then W; worker B then gets S. W waits
+ * (a condition variable, with a deadline) until S has run: a request
+ * handler that needs another connection's answer. The next cycle starts
+ * when W and S are handed back (uvsched: done_cb; raw: after_work_cb of
+ * every request; naive: W and S ran, told through an async handle), and
+ * the row is the time for all the cycles. A wait that reaches its
+ * deadline gives up and counts; a system that gives up too often is
+ * stopped, so that the row can't hang, and its time is projected from the
+ * cycles it did to all of them.
+ */
+
+#define DEP_MAX_TIMEOUTS 4
+
+typedef struct dep_s {
+  uv_loop_t* loop;
+  usys_t* sys;
+  utask_t* tasks; /* burst tiny tasks, then W, then S */
+  size_t burst;
+  size_t cycles;
+  size_t cycle;   /* loop thread: the cycle running */
+  size_t handed;  /* loop thread: its hand-backs so far */
+  size_t want;    /* ... and how many end it */
+  unsigned ended; /* atomic: naive: W and S of this cycle ran */
+  uint64_t wait_ns;
+  uv_mutex_t lock;
+  uv_cond_t cond;
+  uint64_t gen;      /* under lock: the last cycle whose S ran, + 1 */
+  unsigned timeouts; /* atomic */
+  int stopped;
+  uv_async_t next; /* naive: W and S ran */
+  bench_lane_t lanes[2];
+  bench_count_t count;
+  uint64_t t0;
+  uint64_t t_end;
+} dep_t;
+
+
+/* W: waits for this cycle's S, or the deadline. */
+static void dep_wait(utask_t* t) {
+  dep_t* d;
+  uint64_t deadline;
+  uint64_t now;
+
+  d = t->ctx;
+  deadline = uv_hrtime() + d->wait_ns;
+  uv_mutex_lock(&d->lock);
+  while (d->gen < t->arg) {
+    now = uv_hrtime();
+    if (now >= deadline) {
+      __atomic_add_fetch(&d->timeouts, 1, __ATOMIC_RELAXED);
+      break;
+    }
+    uv_cond_timedwait(&d->cond, &d->lock, deadline - now);
+  }
+  uv_mutex_unlock(&d->lock);
+}
+
+
+/* S: lets this cycle's W go on. */
+static void dep_signal(utask_t* t) {
+  dep_t* d;
+
+  d = t->ctx;
+  uv_mutex_lock(&d->lock);
+  if (d->gen < t->arg)
+    d->gen = t->arg;
+  uv_cond_signal(&d->cond);
+  uv_mutex_unlock(&d->lock);
+}
+
+
+static void dep_start(dep_t* d);
+
+
+/* Loop thread: one more hand-back of this cycle. */
+static void dep_handed(dep_t* d) {
+  if (++d->handed < d->want)
+    return;
+  d->handed = 0;
+  d->cycle++;
+  if (__atomic_load_n(&d->timeouts, __ATOMIC_RELAXED) > DEP_MAX_TIMEOUTS)
+    d->stopped = 1;
+  if (d->cycle == d->cycles || d->stopped) {
+    d->t_end = uv_hrtime();
+    uv_close((uv_handle_t*) &d->next, NULL);
+    return;
+  }
+  dep_start(d);
+}
+
+
+static void dep_uvs_done(uvs_task_t* task, int status) {
+  if (status != 0)
+    bench_fail("u4: a task handed back with %s", uv_strerror(status));
+  dep_handed(((utask_t*) task)->ctx);
+}
+
+
+static void dep_raw_after(uv_work_t* req, int status) {
+  if (status != 0)
+    bench_fail("u4: a request completed with %s", uv_strerror(status));
+  dep_handed(((utask_t*) ((char*) req - offsetof(utask_t, req)))->ctx);
+}
+
+
+/* Naive: W and S each end here, after their run is counted. */
+static void dep_naive_then(utask_t* t) {
+  dep_t* d;
+
+  d = t->ctx;
+  if (__atomic_add_fetch(&d->ended, 1, __ATOMIC_ACQ_REL) == 2)
+    uv_async_send(&d->next);
+}
+
+
+static void dep_next_cb(uv_async_t* handle) {
+  dep_handed(handle->data);
+}
+
+
+static void dep_start(dep_t* d) {
+  utask_t* t;
+  size_t k;
+  size_t j;
+  int ordered;
+
+  k = d->cycle;
+  ordered = d->sys->kind != U_RAW;
+  __atomic_store_n(&d->ended, 0, __ATOMIC_RELAXED);
+  for (j = 0; j < d->burst + 2; j++) {
+    t = &d->tasks[j];
+    t->idx = j <= d->burst ? 0 : 1;
+    t->lane = ordered ? &d->lanes[t->idx] : NULL;
+    t->seq = j <= d->burst ? k * (d->burst + 1) + j : k;
+    t->arg = k + 1;
+    submit(d->sys, t);
+  }
+}
+
+
+/* One system's cycles; returns the time in ms (projected if it was
+ * stopped) and its waits that reached the deadline, or NAN after
+ * bench_fail(). */
+static double dep_run(dep_t* d,
+                      usys_t* sys,
+                      double* timeouts,
+                      const char* where) {
+  utask_t* t;
+  size_t j;
+  size_t want_a;
+
+  d->sys = sys;
+  sys->err = 0;
+  d->cycle = 0;
+  d->handed = 0;
+  d->stopped = 0;
+  d->timeouts = 0;
+  d->gen = 0;
+  d->want = sys->kind == U_UVS ? 2 : sys->kind == U_RAW ? d->burst + 2 : 1;
+  bench_count_reset(&d->count, d->cycles * (d->burst + 2));
+  lanes_reset(d->lanes, 2, &d->count);
+  for (j = 0; j < d->burst + 2; j++) {
+    t = &d->tasks[j];
+    memset(t, 0, sizeof(*t));
+    t->ctx = d;
+    t->count = &d->count;
+    if (j == d->burst)
+      t->body = dep_wait;
+    else if (j == d->burst + 1)
+      t->body = dep_signal;
+    /* Tiny tasks go back to the user as they start (no done_cb), as
+     * naive's do; W and S say when the cycle is over. */
+    if (sys->kind == U_UVS && j >= d->burst)
+      t->done = dep_uvs_done;
+    if (sys->kind == U_RAW)
+      t->after = dep_raw_after;
+    if (sys->kind == U_NAIVE && j >= d->burst)
+      t->then = dep_naive_then;
+  }
+  if (uv_async_init(d->loop, &d->next, dep_next_cb) != 0)
+    abort();
+  d->next.data = d;
+  bench_arm(where);
+  d->t0 = uv_hrtime();
+  dep_start(d);
+  uv_run(d->loop, UV_RUN_DEFAULT);
+
+  *timeouts = (double) d->timeouts;
+  if (sys->err != 0) {
+    bench_fail("%s: schedule: %s", where, uv_strerror(sys->err));
+    return NAN;
+  }
+  if (d->stopped) {
+    /* Not a figure to trust, but a finite one that says how far off it
+     * is: the median of the runs must stay a number. */
+    printf(
+        "# %s: stopped after %zu of %zu cycles, %u waits reached the %llu "
+        "ms deadline; time projected to all cycles\n",
+        where, d->cycle, d->cycles, d->timeouts,
+        (unsigned long long) (d->wait_ns / 1000000));
+    return (double) (d->t_end - d->t0) / 1e6 * (double) d->cycles /
+           (double) d->cycle;
+  }
+  if (bench_count_ran(&d->count) != d->cycles * (d->burst + 2)) {
+    bench_fail("%s: %llu of %zu tasks ran", where,
+               (unsigned long long) bench_count_ran(&d->count),
+               d->cycles * (d->burst + 2));
+    return NAN;
+  }
+  want_a = d->cycles * (d->burst + 1);
+  if (sys->kind != U_RAW &&
+      (d->lanes[0].bad != 0 || d->lanes[0].next != want_a ||
+       d->lanes[1].bad != 0 || d->lanes[1].next != d->cycles)) {
+    bench_fail("%s: out of order: A %llu of %zu (%llu bad), B %llu (%llu bad)",
+               where, (unsigned long long) d->lanes[0].next, want_a,
+               (unsigned long long) d->lanes[0].bad,
+               (unsigned long long) d->lanes[1].next,
+               (unsigned long long) d->lanes[1].bad);
+    return NAN;
+  }
+  return (double) (d->t_end - d->t0) / 1e6;
+}
+
+
+static void users_dep(const bench_cfg_t* cfg) {
+  static const char* const where[3] = {"u4 uvsched", "u4 raw", "u4 naive"};
+  uv_loop_t loop;
+  uvs_sched_t sched;
+  uvs_worker_t workers[2];
+  bench_naive_t naive[2];
+  usys_t sys[3];
+  dep_t* d;
+  bench_row_t* total;
+  bench_row_t* total_raw;
+  bench_row_t* hits;
+  double ms[3];
+  double to[3];
+  double to_raw[BENCH_MAX_RUNS];
+  double to_naive[BENCH_MAX_RUNS];
+  int run;
+  int k;
+  int v;
+
+  total = bench_row("u4.dep.total",
+                    "200 x (1,000 tiny tasks, then a wait for another "
+                    "worker's task), vs naive",
+                    "ms", BENCH_LE, 1.5, 0);
+  total_raw = bench_row("u4.dep.total-raw",
+                        "200 x (1,000 tiny tasks, then a wait for another "
+                        "worker's task), vs raw",
+                        "ms", BENCH_INFO, NAN, 0);
+  hits = bench_row("u4.dep.deadline-hits",
+                   "u4's waits that reached their deadline, worst run", "waits",
+                   BENCH_LE, 0.0, 1);
+  bench_row_agg(hits, BENCH_MAX);
+
+  d = bench_alloc(1, sizeof(*d));
+  d->loop = &loop;
+  d->burst = cfg->users_burst;
+  d->cycles = cfg->users_cycles;
+  d->wait_ns = (uint64_t) cfg->users_wait_ms * 1000000;
+  d->tasks = bench_alloc(d->burst + 2, sizeof(*d->tasks));
+  if (uv_mutex_init(&d->lock) != 0 || uv_cond_init(&d->cond) != 0)
+    abort();
+  sched_open(&loop, &sched);
+  if (uvs_worker_init(&sched, &workers[0], UVS_POOL) != 0 ||
+      uvs_worker_init(&sched, &workers[1], UVS_POOL) != 0)
+    abort();
+  naive_open(&loop, naive, 2);
+  memset(sys, 0, sizeof(sys));
+  for (v = 0; v < 3; v++) {
+    sys[v].kind = v;
+    sys[v].loop = &loop;
+  }
+  sys[U_UVS].workers = workers;
+  sys[U_NAIVE].naive = naive;
+
+  for (run = 0; run < cfg->runs; run++) {
+    for (k = 0; k < 3; k++) {
+      v = bench_order(run, 3, k);
+      ms[v] = dep_run(d, &sys[v], &to[v], where[v]);
+      bench_note(cfg, where[v], run, ms[v], "ms");
+    }
+    bench_row_add(total, ms[U_UVS], ms[U_NAIVE]);
+    bench_row_add(total_raw, ms[U_UVS], ms[U_RAW]);
+    bench_row_add(hits, to[U_UVS], NAN);
+    to_raw[run] = to[U_RAW];
+    to_naive[run] = to[U_NAIVE];
+  }
+  bench_figure("u4.dep.deadline-hits.raw", bench_median(to_raw, cfg->runs),
+               "waits");
+  bench_figure("u4.dep.deadline-hits.naive", bench_median(to_naive, cfg->runs),
+               "waits");
+
+  naive_close(naive, 2);
+  sched_done(&loop, &sched, "u4");
+  uv_cond_destroy(&d->cond);
+  uv_mutex_destroy(&d->lock);
+  bench_free(d->tasks);
+  bench_free(d);
+}
+
+
 void bench_users(const bench_cfg_t* cfg) {
   printf("# users: libuv pool of %u threads (UV_THREADPOOL_SIZE %s)\n",
          pool_size(),
@@ -749,4 +1054,5 @@ void bench_users(const bench_cfg_t* cfg) {
   fflush(stdout);
   users_hol(cfg);
   users_mix(cfg);
+  users_dep(cfg);
 }
