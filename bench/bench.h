@@ -55,6 +55,8 @@ typedef struct bench_cfg_s {
   size_t users_cycles;     /* u4: burst + dependency cycles */
   size_t users_burst;      /* u4: tiny tasks per burst */
   unsigned users_wait_ms;  /* u4: deadline of one dependency wait */
+  size_t users_keys;       /* u5: keys on the width-4 worker */
+  size_t users_per;        /* u5: tasks per key */
 } bench_cfg_t;
 
 

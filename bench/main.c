@@ -827,6 +827,8 @@ static void cfg_full(bench_cfg_t* c) {
   c->users_cycles = 200;
   c->users_burst = 1000;
   c->users_wait_ms = 250;
+  c->users_keys = 100;
+  c->users_per = 200;
 }
 
 
@@ -862,6 +864,8 @@ static void cfg_smoke(bench_cfg_t* c) {
   c->users_cycles = 10;
   c->users_burst = 100;
   c->users_wait_ms = 250;
+  c->users_keys = 10;
+  c->users_per = 20;
 }
 
 

@@ -1047,6 +1047,163 @@ static void users_dep(const bench_cfg_t* cfg) {
 }
 
 
+/* ---- u5: keyed throughput ------------------------------------------------
+ *
+ * 100 keys x 200 tasks of 7 us on one width-4 worker, scheduled from the
+ * loop as task r of every key, then task r + 1, ... The target is against
+ * what a libuv program does for per-key order without a queue: one
+ * uv_queue_work chain per key, each task queued from the after_work_cb of
+ * the one before. Raw (no order) and naive (one queue per key) are
+ * reported beside it. Tasks per second, first schedule to last run.
+ */
+
+#define KEYED_TASK_NS 7000
+#define KEYED_SYSTEMS 4 /* uvsched, raw, naive, chained */
+
+typedef struct keyrate_s {
+  uv_loop_t* loop;
+  usys_t* sys;
+  utask_t* tasks; /* task r of key k at r * keys + k */
+  bench_lane_t* lanes;
+  size_t keys;
+  size_t per;
+  bench_count_t count;
+} keyrate_t;
+
+
+/* Chained: the key's next task, from the loop thread. */
+static void keyrate_chain(uv_work_t* req, int status) {
+  utask_t* t;
+  keyrate_t* kr;
+
+  if (status != 0)
+    bench_fail("u5 chained: a request completed with %s", uv_strerror(status));
+  t = (utask_t*) ((char*) req - offsetof(utask_t, req));
+  kr = t->ctx;
+  if (t->seq + 1 < kr->per)
+    submit(kr->sys, &kr->tasks[(t->seq + 1) * kr->keys + t->idx]);
+}
+
+
+/* Returns tasks per second, or NAN after bench_fail(). */
+static double keyrate_run(keyrate_t* kr,
+                          usys_t* sys,
+                          int chained,
+                          const char* where) {
+  utask_t* t;
+  size_t total;
+  size_t i;
+  uint64_t t0;
+
+  total = kr->keys * kr->per;
+  bench_count_reset(&kr->count, total);
+  lanes_reset(kr->lanes, kr->keys, &kr->count);
+  for (i = 0; i < total; i++) {
+    t = &kr->tasks[i];
+    memset(t, 0, sizeof(*t));
+    t->idx = (uint32_t) (i % kr->keys);
+    t->seq = i / kr->keys;
+    t->spin_ns = KEYED_TASK_NS;
+    t->ctx = kr;
+    t->count = &kr->count;
+    if (sys->kind != U_RAW || chained)
+      t->lane = &kr->lanes[t->idx];
+    if (chained)
+      t->after = keyrate_chain;
+  }
+  kr->sys = sys;
+  sys->err = 0;
+  bench_arm(where);
+  t0 = uv_hrtime();
+  for (i = 0; i < (chained ? kr->keys : total); i++) submit(sys, &kr->tasks[i]);
+  uv_run(kr->loop, UV_RUN_DEFAULT);
+
+  if (sys->err != 0) {
+    bench_fail("%s: schedule: %s", where, uv_strerror(sys->err));
+    return NAN;
+  }
+  if (bench_count_ran(&kr->count) != total) {
+    bench_fail("%s: %llu of %zu tasks ran", where,
+               (unsigned long long) bench_count_ran(&kr->count), total);
+    return NAN;
+  }
+  if (sys->kind != U_RAW || chained)
+    bench_lanes_check(kr->lanes, kr->keys, kr->per, where);
+  return (double) total * 1e9 / (double) (bench_count_end(&kr->count) - t0);
+}
+
+
+static void users_keyed(const bench_cfg_t* cfg) {
+  static const char* const where[KEYED_SYSTEMS] = {
+      "u5 uvsched width 4", "u5 raw", "u5 naive per key", "u5 chained per key"};
+  uv_loop_t loop;
+  uvs_sched_t sched;
+  uvs_worker_t wide;
+  uvs_worker_options_t o;
+  bench_naive_t* naive;
+  usys_t sys[KEYED_SYSTEMS];
+  keyrate_t kr;
+  bench_row_t* vs_chained;
+  bench_row_t* vs_raw;
+  bench_row_t* vs_naive;
+  double rate[KEYED_SYSTEMS];
+  int run;
+  int k;
+  int v;
+
+  vs_chained = bench_row("u5.keyed-rate",
+                         "width-4 worker, 100 keys x 200 tasks of 7 us, vs "
+                         "chained uv_queue_work per key",
+                         "tasks/s", BENCH_GE, 0.9, 0);
+  vs_raw = bench_row("u5.keyed-rate-raw",
+                     "width-4 worker, 100 keys x 200 tasks of 7 us, vs raw",
+                     "tasks/s", BENCH_INFO, NAN, 0);
+  vs_naive = bench_row("u5.keyed-rate-naive",
+                       "width-4 worker, 100 keys x 200 tasks of 7 us, vs "
+                       "naive per key",
+                       "tasks/s", BENCH_INFO, NAN, 0);
+
+  memset(&kr, 0, sizeof(kr));
+  kr.loop = &loop;
+  kr.keys = cfg->users_keys;
+  kr.per = cfg->users_per;
+  kr.tasks = bench_alloc(kr.keys * kr.per, sizeof(*kr.tasks));
+  kr.lanes = bench_alloc(kr.keys, sizeof(*kr.lanes));
+  naive = bench_alloc(kr.keys, sizeof(*naive));
+  sched_open(&loop, &sched);
+  memset(&o, 0, sizeof(o));
+  o.width = 4;
+  if (uvs_worker_init_ex(&sched, &wide, UVS_POOL, &o) != 0)
+    abort();
+  naive_open(&loop, naive, kr.keys);
+  memset(sys, 0, sizeof(sys));
+  for (v = 0; v < KEYED_SYSTEMS; v++) sys[v].loop = &loop;
+  sys[0].kind = U_UVS;
+  sys[0].wide = &wide;
+  sys[1].kind = U_RAW;
+  sys[2].kind = U_NAIVE;
+  sys[2].naive = naive;
+  sys[3].kind = U_RAW;
+
+  for (run = 0; run < cfg->runs; run++) {
+    for (k = 0; k < KEYED_SYSTEMS; k++) {
+      v = bench_order(run, KEYED_SYSTEMS, k);
+      rate[v] = keyrate_run(&kr, &sys[v], v == 3, where[v]);
+      bench_note(cfg, where[v], run, rate[v], "tasks/s");
+    }
+    bench_row_add(vs_chained, rate[0], rate[3]);
+    bench_row_add(vs_raw, rate[0], rate[1]);
+    bench_row_add(vs_naive, rate[0], rate[2]);
+  }
+
+  naive_close(naive, kr.keys);
+  sched_done(&loop, &sched, "u5");
+  bench_free(naive);
+  bench_free(kr.lanes);
+  bench_free(kr.tasks);
+}
+
+
 void bench_users(const bench_cfg_t* cfg) {
   printf("# users: libuv pool of %u threads (UV_THREADPOOL_SIZE %s)\n",
          pool_size(),
@@ -1055,4 +1212,5 @@ void bench_users(const bench_cfg_t* cfg) {
   users_hol(cfg);
   users_mix(cfg);
   users_dep(cfg);
+  users_keyed(cfg);
 }
