@@ -48,6 +48,15 @@ typedef struct bench_cfg_s {
   size_t keyed_per;        /* s10: tasks per key */
   size_t clock_tasks;      /* s12: periodic tasks */
   uint64_t clock_steps;    /* s12: 1 s steps of the stepped case */
+  unsigned users_rounds;   /* u1, u2: rounds per repetition */
+  unsigned users_long_ms;  /* u1, u2: the long task */
+  size_t users_short;      /* u1, u2: short tasks, one per worker or key */
+  unsigned users_mix_ms;   /* u3: arrivals last this long per system */
+  size_t users_cycles;     /* u4: burst + dependency cycles */
+  size_t users_burst;      /* u4: tiny tasks per burst */
+  unsigned users_wait_ms;  /* u4: deadline of one dependency wait */
+  size_t users_keys;       /* u5: keys on the width-4 worker */
+  size_t users_per;        /* u5: tasks per key */
 } bench_cfg_t;
 
 
@@ -369,6 +378,7 @@ int bench_loop_latency(uv_loop_t* loop,
 
 /* ---- scenarios ---------------------------------------------------------- */
 
+void bench_users(const bench_cfg_t* cfg);            /* scenarios-users.c */
 void bench_s1_pool_one(const bench_cfg_t* cfg);      /* scenarios-pool.c */
 void bench_s2_pool_many(const bench_cfg_t* cfg);     /* scenarios-pool.c */
 void bench_s3_pool_foreign(const bench_cfg_t* cfg);  /* scenarios-pool.c */

@@ -22,7 +22,7 @@
 #define UVS_BENCH_BUILDTYPE "unknown"
 #endif
 
-#define MAX_ROWS 64
+#define MAX_ROWS 96
 #define MAX_FIGURES 256
 
 struct bench_row_s {
@@ -52,6 +52,8 @@ typedef struct scenario_s {
 } scenario_t;
 
 static const scenario_t scenarios[] = {
+    {"u", "users", "users' view: head-of-line, server mix, dependency, keys",
+     bench_users},
     {"s1", "pool-one", "one pool worker, tasks scheduled from the loop",
      bench_s1_pool_one},
     {"s2", "pool-many", "10,000 pool workers x 100 tasks, round-robin",
@@ -314,8 +316,11 @@ static summary_t row_summary(const bench_row_t* r) {
 
 
 /* The table lists rows by scenario number, then in the order they were
- * made (s1 and s3 also make rows of s9, measured under their load). */
+ * made (s1 and s3 also make rows of s9, measured under their load). The
+ * users' rows (u1, u2, ...) come before all of them. */
 static int row_scenario(const bench_row_t* r) {
+  if (r->id[0] == 'u')
+    return -1;
   return r->id[0] == 's' ? atoi(r->id + 1) : 0;
 }
 
@@ -815,6 +820,15 @@ static void cfg_full(bench_cfg_t* c) {
   c->keyed_per = 10;
   c->clock_tasks = 10000;
   c->clock_steps = 60;
+  c->users_rounds = 8;
+  c->users_long_ms = 50;
+  c->users_short = 32;
+  c->users_mix_ms = 1000;
+  c->users_cycles = 200;
+  c->users_burst = 1000;
+  c->users_wait_ms = 250;
+  c->users_keys = 100;
+  c->users_per = 200;
 }
 
 
@@ -843,6 +857,15 @@ static void cfg_smoke(bench_cfg_t* c) {
   c->keyed_per = 10;
   c->clock_tasks = 1000;
   c->clock_steps = 5;
+  c->users_rounds = 1;
+  c->users_long_ms = 5;
+  c->users_short = 32;
+  c->users_mix_ms = 50;
+  c->users_cycles = 10;
+  c->users_burst = 100;
+  c->users_wait_ms = 250;
+  c->users_keys = 10;
+  c->users_per = 20;
 }
 
 
