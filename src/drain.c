@@ -102,12 +102,16 @@ static void finish_periodic(uvs_sched_t* s, uvs_worker_t* w, uvs_task_t* t) {
 
 
 /* A task that was ready longer than max_wait_ms is shed instead of run
- * (lock held): handed back with UV_ETIMEDOUT, a post dropped unrun, a
- * periodic task on to its next grid point. */
-static void shed(uvs_sched_t* s, uvs_worker_t* w, uvs_task_t* t) {
+ * (lock held): handed back with UV_ETIMEDOUT in its place among the
+ * batch's hand-backs (so done_cb order still follows the queue's), a post
+ * dropped unrun, a periodic task on to its next grid point. */
+static void shed(uvs_sched_t* s,
+                 uvs_worker_t* w,
+                 uvs_task_t* t,
+                 uvs__chain_t* done) {
   w->nexpired++;
   if (!(uvs__load_rlx(&t->state) & UVS__T_PERIODIC)) {
-    uvs__drop(s, t, UV_ETIMEDOUT);
+    uvs__drop_to(s, t, UV_ETIMEDOUT, done);
     return;
   }
   w->nskipped++;
@@ -428,7 +432,7 @@ static unsigned turn(uvs_worker_t* w,
         if (uvs__cancelling(w))
           uvs__drop(s, t, UV_ECANCELED);
         else
-          shed(s, w, t);
+          shed(s, w, t, &done);
         uv_mutex_unlock(&s->lock);
         continue;
       }

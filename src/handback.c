@@ -66,7 +66,10 @@ static void ended(uvs_worker_t* w, int status) {
 }
 
 
-void uvs__drop(uvs_sched_t* s, uvs_task_t* t, int status) {
+void uvs__drop_to(uvs_sched_t* s,
+                  uvs_task_t* t,
+                  int status,
+                  uvs__chain_t* chain) {
   uvs_worker_t* w;
   unsigned st;
 
@@ -83,7 +86,15 @@ void uvs__drop(uvs_sched_t* s, uvs_task_t* t, int status) {
   if (!uvs__to_handback(t, status))
     return;
   ended(w, status);
-  push_done(s, t);
+  if (chain != NULL)
+    uvs__chain_add(chain, t);
+  else
+    push_done(s, t);
+}
+
+
+void uvs__drop(uvs_sched_t* s, uvs_task_t* t, int status) {
+  uvs__drop_to(s, t, status, NULL);
 }
 
 

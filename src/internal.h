@@ -533,6 +533,13 @@ static inline int uvs__stale(const uvs_worker_t* w, const uvs_task_t* t) {
 /* Ends the library's custody of a task that is linked nowhere: the
  * hand-back stack for a task with done_cb, released otherwise. Lock held. */
 void uvs__drop(uvs_sched_t* sched, uvs_task_t* task, int status);
+/* uvs__drop(), but a hand-back joins chain (pushed later, in order with
+ * the runs of a drain's batch) instead of the stack at once. */
+typedef struct uvs__chain_s uvs__chain_t;
+void uvs__drop_to(uvs_sched_t* sched,
+                  uvs_task_t* task,
+                  int status,
+                  uvs__chain_t* chain);
 /* Moves a task with done_cb to HANDBACK; returns 0 if a run_cb of it still
  * executes, and then the last run to end makes the hand-back. */
 int uvs__to_handback(uvs_task_t* task, int status);
@@ -540,10 +547,10 @@ int uvs__to_handback(uvs_task_t* task, int status);
 void uvs__end_run(uvs_task_t* task);
 /* Hand-backs on their way to the stack, newest first: a drain gathers
  * those of a batch and pushes them with one CAS, in run order. */
-typedef struct {
+struct uvs__chain_s {
   uvs__queue_t* newest;
   uvs__queue_t* oldest;
-} uvs__chain_t;
+};
 void uvs__chain_add(uvs__chain_t* chain, uvs_task_t* task);
 void uvs__chain_push(uvs_sched_t* sched, uvs__chain_t* chain);
 /* Calls done_cb for everything handed back so far, oldest first. Loop

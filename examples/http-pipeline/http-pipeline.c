@@ -176,7 +176,6 @@ struct conn_s {
   int fresh;      /* No request started yet. */
   int in_request; /* Between a request's first byte and its end. */
   int timer_armed;
-  int timer_cancelling;
   int error_status; /* Set by a parser callback that stops the parse. */
   uint64_t timer_due;
   uint64_t request_start;  /* uv_now() of the request's first byte. */
@@ -1217,7 +1216,6 @@ static void on_timer_done(uvs_task_t* task, int status) {
 
   (void) status;
   conn->timer_armed = 0;
-  conn->timer_cancelling = 0;
   if (!conn->closing) {
     d = conn_deadline(conn, &kind);
     if (d != NO_DEADLINE && uv_now(s->loop) >= d) {
@@ -1231,10 +1229,11 @@ static void on_timer_done(uvs_task_t* task, int status) {
 }
 
 
-/* Keeps one delayed task per connection due at or before its deadline. A
- * deadline that moves later needs nothing: the task finds it not reached
- * and schedules itself again. One that moves earlier cancels the task, and
- * on_timer_done() arms it again. */
+/* Keeps one delayed task per connection due at its deadline. Every read,
+ * write and request end moves the deadline, and the task is re-armed in
+ * place with uvs_task_reschedule() (O(1), no allocation): the idle timeout
+ * of a server. If the task has just fallen due (UV_EBUSY), on_timer_done()
+ * looks at the deadline and arms it again. */
 static void conn_arm(conn_t* conn) {
   server_t* s = conn->server;
   deadline_kind_t kind;
@@ -1245,9 +1244,9 @@ static void conn_arm(conn_t* conn) {
   if (d == NO_DEADLINE)
     return;
   if (conn->timer_armed) {
-    if (conn->timer_due > d && !conn->timer_cancelling &&
-        uvs_task_cancel(&conn->timer) == 0)
-      conn->timer_cancelling = 1;
+    if (conn->timer_due != d &&
+        uvs_task_reschedule(&conn->timer, delay) == 0)
+      conn->timer_due = now + delay;
     return;
   }
   uvs_task_init(&conn->timer, on_timer_run, on_timer_done);
@@ -1345,7 +1344,7 @@ static void conn_close(conn_t* conn) {
     request_free(conn->held);
     conn->held = NULL;
   }
-  if (conn->timer_armed && !conn->timer_cancelling)
+  if (conn->timer_armed)
     uvs_task_cancel(&conn->timer); /* on_timer_done() follows. */
   if (conn->has_worker) {
     rc = uvs_worker_close(&conn->worker, UVS_CANCEL, on_worker_closed);
