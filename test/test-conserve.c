@@ -1,0 +1,200 @@
+/* Work conservation (SPEC.md, guarantees 7 and 12; issue 19): ready work
+ * never waits for a guess. A pool worker that becomes ready gets a drain at
+ * once while the cap and the pool leave room, whatever the tasks before it
+ * were like; a wide worker gets a lane for a task another lane could start;
+ * a loop worker gets one turn per loop iteration, whichever callback runs
+ * it; and the metrics count a blocked producer that got in as accepted.
+ *
+ * The dependency tests make a task wait, with a deadline, for another task
+ * that only a drain posted at once can run: without it they fail at the
+ * deadline instead of hanging. Each test runs in its own process, so those
+ * that need a bigger pool set UV_THREADPOOL_SIZE before the loop's first
+ * uv_queue_work. */
+
+#include "task.h"
+
+#include <stdatomic.h>
+
+static uv_loop_t loop;
+static uvs_sched_t sched;
+static int ndone;
+
+
+/* A count that threads wait on, each wait with a deadline. */
+typedef struct {
+  uv_mutex_t mutex;
+  uv_cond_t cond;
+  int n;
+} event_t;
+
+
+static void ev_init(event_t* e) {
+  ASSERT_OK(uv_mutex_init(&e->mutex));
+  ASSERT_OK(uv_cond_init(&e->cond));
+  e->n = 0;
+}
+
+
+static void ev_destroy(event_t* e) {
+  uv_cond_destroy(&e->cond);
+  uv_mutex_destroy(&e->mutex);
+}
+
+
+static int ev_add(event_t* e) {
+  int n;
+
+  uv_mutex_lock(&e->mutex);
+  n = ++e->n;
+  uv_cond_broadcast(&e->cond);
+  uv_mutex_unlock(&e->mutex);
+  return n;
+}
+
+
+static int ev_get(event_t* e) {
+  int n;
+
+  uv_mutex_lock(&e->mutex);
+  n = e->n;
+  uv_mutex_unlock(&e->mutex);
+  return n;
+}
+
+
+/* Waits until the count reaches want or ms pass; returns the count. */
+static int ev_wait(event_t* e, int want, uint64_t ms) {
+  uint64_t end;
+  uint64_t now;
+  int n;
+
+  end = uv_hrtime() + ms * 1000000;
+  uv_mutex_lock(&e->mutex);
+  while (e->n < want) {
+    now = uv_hrtime();
+    if (now >= end)
+      break;
+    (void) uv_cond_timedwait(&e->cond, &e->mutex, end - now);
+  }
+  n = e->n;
+  uv_mutex_unlock(&e->mutex);
+  return n;
+}
+
+
+static void noop_run(uvs_task_t* task) {
+  (void) task;
+}
+
+
+static void ok_done(uvs_task_t* task, int status) {
+  (void) task;
+  ASSERT_OK(status);
+  ndone++;
+}
+
+
+static void setup(const uvs_sched_options_t* opts) {
+  ASSERT_OK(uv_loop_init(&loop));
+  ASSERT_OK(uvs_sched_init(&loop, &sched, opts));
+}
+
+
+/* Bursts of tiny tasks on w, each run to the end (uv_run returns once the
+ * last drain is back), for at least 50 ms: the drains have found their
+ * tasks short for a while, long enough for a scheduler that learns from
+ * timing (today's learns its clock's rate in 20 ms) to have learnt. */
+#define WARM 1000
+#define WARM_MS 50
+
+static uvs_task_t warm[WARM];
+
+static void warm_up(uvs_worker_t* w) {
+  uint64_t end;
+  int bursts;
+  int i;
+
+  end = test_hrtime_ms() + WARM_MS;
+  for (bursts = 0; bursts < 1000 && (bursts == 0 || test_hrtime_ms() < end);
+       bursts++) {
+    ndone = 0;
+    for (i = 0; i < WARM; i++) {
+      ASSERT_OK(uvs_task_init(&warm[i], noop_run, ok_done));
+      ASSERT_OK(uvs_schedule(w, &warm[i]));
+    }
+    ASSERT_OK(uv_run(&loop, UV_RUN_DEFAULT));
+    ASSERT_EQ(ndone, WARM);
+  }
+}
+
+
+/* ---- conserve_serial_dependency ---------------------------------------- */
+/* Serial pool workers A and B. After a burst of tiny tasks on A, A's task
+ * TA starts and tells the loop, which schedules TB on B and, at the same
+ * moment, TL on a loop worker; TA and TL both wait for TB. Guarantee 12:
+ * B is ready and the cap (the pool's 4) leaves room, so its drain is posted
+ * at once, before the loop turn that runs TL blocks the loop thread (no
+ * timer can post it then). A few cycles. */
+#define SD_CYCLES 3
+
+static uvs_worker_t sd_a;
+static uvs_worker_t sd_b;
+static uvs_worker_t sd_l;
+static uvs_task_t sd_ta;
+static uvs_task_t sd_tb;
+static uvs_task_t sd_tl;
+static uv_async_t sd_started;
+static event_t sd_tb_ran;
+static int sd_cycle; /* set before TA is scheduled, read by its run_cb */
+
+static void sd_ta_run(uvs_task_t* task) {
+  (void) task;
+  ASSERT_OK(uv_async_send(&sd_started));
+  ASSERT_GE(ev_wait(&sd_tb_ran, sd_cycle + 1, 5000), sd_cycle + 1);
+}
+
+
+static void sd_tb_run(uvs_task_t* task) {
+  (void) task;
+  ev_add(&sd_tb_ran);
+}
+
+
+/* On the loop thread, which it blocks until TB ran or 3 s passed. */
+static void sd_tl_run(uvs_task_t* task) {
+  (void) task;
+  ASSERT_GE(ev_wait(&sd_tb_ran, sd_cycle + 1, 3000), sd_cycle + 1);
+}
+
+
+static void sd_started_cb(uv_async_t* handle) {
+  (void) handle;
+  ASSERT_OK(uvs_schedule(&sd_b, &sd_tb));
+  ASSERT_OK(uvs_schedule(&sd_l, &sd_tl));
+}
+
+
+TEST_IMPL(conserve_serial_dependency) {
+  setup(NULL);
+  ev_init(&sd_tb_ran);
+  ASSERT_OK(uv_async_init(&loop, &sd_started, sd_started_cb));
+  uv_unref((uv_handle_t*) &sd_started);
+  ASSERT_OK(uvs_worker_init(&sched, &sd_a, UVS_POOL));
+  ASSERT_OK(uvs_worker_init(&sched, &sd_b, UVS_POOL));
+  ASSERT_OK(uvs_worker_init(&sched, &sd_l, UVS_LOOP));
+  ASSERT_OK(uvs_task_init(&sd_ta, sd_ta_run, ok_done));
+  ASSERT_OK(uvs_task_init(&sd_tb, sd_tb_run, ok_done));
+  ASSERT_OK(uvs_task_init(&sd_tl, sd_tl_run, ok_done));
+  for (sd_cycle = 0; sd_cycle < SD_CYCLES; sd_cycle++) {
+    warm_up(&sd_a);
+    ndone = 0;
+    ASSERT_OK(uvs_schedule(&sd_a, &sd_ta));
+    ASSERT_OK(uv_run(&loop, UV_RUN_DEFAULT));
+    ASSERT_EQ(ndone, 3);
+    ASSERT_EQ(ev_get(&sd_tb_ran), sd_cycle + 1);
+  }
+  uv_close((uv_handle_t*) &sd_started, NULL);
+  TEST_CLOSE_SCHED_AND_LOOP(&loop, &sched, UVS_CANCEL);
+  ev_destroy(&sd_tb_ran);
+  return 0;
+}
