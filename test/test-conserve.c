@@ -198,3 +198,65 @@ TEST_IMPL(conserve_serial_dependency) {
   ev_destroy(&sd_tb_ran);
   return 0;
 }
+
+
+/* ---- conserve_keys_dependency ------------------------------------------ */
+/* The same across keys of one worker of width 4: key 1's task waits for
+ * key 2's, scheduled after it. Twice per cycle, each after a burst of tiny
+ * tasks: scheduled back to back from the loop thread (a lane must not hold
+ * key 2's task in its batch behind key 1's), and from key 1's run_cb while
+ * it runs (a lane must be posted for it). Guarantee 12: fewer than 4 tasks
+ * run and key 2's could start, so a lane for it is posted at once. */
+#define KD_CYCLES 2
+
+static uvs_worker_t kd_w;
+static uvs_task_t kd_k1;
+static uvs_task_t kd_k2;
+static event_t kd_k2_ran;
+static int kd_want; /* set before key 1's task is scheduled */
+static int kd_from_run;
+
+static void kd_k1_run(uvs_task_t* task) {
+  (void) task;
+  if (kd_from_run)
+    ASSERT_OK(uvs_schedule(&kd_w, &kd_k2));
+  ASSERT_GE(ev_wait(&kd_k2_ran, kd_want, 3000), kd_want);
+}
+
+
+static void kd_k2_run(uvs_task_t* task) {
+  (void) task;
+  ev_add(&kd_k2_ran);
+}
+
+
+TEST_IMPL(conserve_keys_dependency) {
+  uvs_worker_options_t o;
+  int c;
+
+  ASSERT_OK(setenv("UV_THREADPOOL_SIZE", "6", 1));
+  setup(NULL);
+  ev_init(&kd_k2_ran);
+  memset(&o, 0, sizeof(o));
+  o.width = 4;
+  ASSERT_OK(uvs_worker_init_ex(&sched, &kd_w, UVS_POOL, &o));
+  ASSERT_OK(uvs_task_init(&kd_k1, kd_k1_run, ok_done));
+  ASSERT_OK(uvs_task_init(&kd_k2, kd_k2_run, ok_done));
+  ASSERT_OK(uvs_task_set_key(&kd_k1, 1));
+  ASSERT_OK(uvs_task_set_key(&kd_k2, 2));
+  for (c = 0; c < 2 * KD_CYCLES; c++) {
+    warm_up(&kd_w);
+    ndone = 0;
+    kd_want = c + 1;
+    kd_from_run = c % 2;
+    ASSERT_OK(uvs_schedule(&kd_w, &kd_k1));
+    if (!kd_from_run)
+      ASSERT_OK(uvs_schedule(&kd_w, &kd_k2));
+    ASSERT_OK(uv_run(&loop, UV_RUN_DEFAULT));
+    ASSERT_EQ(ndone, 2);
+    ASSERT_EQ(ev_get(&kd_k2_ran), c + 1);
+  }
+  TEST_CLOSE_SCHED_AND_LOOP(&loop, &sched, UVS_CANCEL);
+  ev_destroy(&kd_k2_ran);
+  return 0;
+}
