@@ -260,3 +260,83 @@ TEST_IMPL(conserve_keys_dependency) {
   ev_destroy(&kd_k2_ran);
   return 0;
 }
+
+
+/* ---- conserve_cap_holds ------------------------------------------------ */
+/* max_concurrency = 2 on a pool of 6 threads, 6 serial workers each with a
+ * task that holds its thread until released, released one at a time in
+ * the order they started: 2 run at once whenever 2 are left (each time
+ * with a deadline), never 3 (each time watched for 50 ms, as no event says
+ * that a third will not start). */
+#define CAP 2
+#define CAP_N 6
+
+static uvs_worker_t cap_w[CAP_N];
+static uvs_task_t cap_t[CAP_N];
+static atomic_int cap_inflight;
+static atomic_int cap_max;
+static atomic_int cap_order;
+static event_t cap_started;
+static event_t cap_released;
+
+static void cap_run(uvs_task_t* task) {
+  int idx;
+  int n;
+  int m;
+
+  (void) task;
+  idx = atomic_fetch_add(&cap_order, 1);
+  n = atomic_fetch_add(&cap_inflight, 1) + 1;
+  m = atomic_load(&cap_max);
+  while (n > m && !atomic_compare_exchange_weak(&cap_max, &m, n)) {
+  }
+  ev_add(&cap_started);
+  ASSERT_GE(ev_wait(&cap_released, idx + 1, 5000), idx + 1);
+  atomic_fetch_sub(&cap_inflight, 1);
+}
+
+
+static void cap_controller(void* arg) {
+  int k;
+  int want;
+
+  (void) arg;
+  for (k = 0; k < CAP_N; k++) {
+    want = CAP_N - k < CAP ? CAP_N - k : CAP;
+    /* k released so far; then `want` run at once. */
+    ASSERT_GE(ev_wait(&cap_started, k + want, 5000), k + want);
+    uv_sleep(50);
+    ASSERT_LE(atomic_load(&cap_max), CAP);
+    ASSERT_EQ(atomic_load(&cap_inflight), want);
+    ASSERT_EQ(ev_get(&cap_started), k + want);
+    ev_add(&cap_released);
+  }
+}
+
+
+TEST_IMPL(conserve_cap_holds) {
+  uvs_sched_options_t opts;
+  uv_thread_t controller;
+  int i;
+
+  ASSERT_OK(setenv("UV_THREADPOOL_SIZE", "6", 1));
+  memset(&opts, 0, sizeof(opts));
+  opts.max_concurrency = CAP;
+  setup(&opts);
+  ev_init(&cap_started);
+  ev_init(&cap_released);
+  for (i = 0; i < CAP_N; i++) {
+    ASSERT_OK(uvs_worker_init(&sched, &cap_w[i], UVS_POOL));
+    ASSERT_OK(uvs_task_init(&cap_t[i], cap_run, ok_done));
+    ASSERT_OK(uvs_schedule(&cap_w[i], &cap_t[i]));
+  }
+  ASSERT_OK(uv_thread_create(&controller, cap_controller, NULL));
+  ASSERT_OK(uv_run(&loop, UV_RUN_DEFAULT));
+  ASSERT_OK(uv_thread_join(&controller));
+  ASSERT_EQ(ndone, CAP_N);
+  ASSERT_EQ(atomic_load(&cap_max), CAP);
+  TEST_CLOSE_SCHED_AND_LOOP(&loop, &sched, UVS_CANCEL);
+  ev_destroy(&cap_started);
+  ev_destroy(&cap_released);
+  return 0;
+}
