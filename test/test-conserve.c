@@ -340,3 +340,39 @@ TEST_IMPL(conserve_cap_holds) {
   ev_destroy(&cap_released);
   return 0;
 }
+
+
+/* ---- conserve_wide_pool ------------------------------------------------ */
+/* A pool of 24 threads and no cap of the scheduler's own: 20 serial
+ * workers, each with one task that waits until all 20 run. Guarantee 12:
+ * the cap is the pool's size, 24, so all 20 get a drain at once. */
+#define WIDE_N 20
+
+static uvs_worker_t wide_w[WIDE_N];
+static uvs_task_t wide_t[WIDE_N];
+static event_t wide_in;
+
+static void wide_run(uvs_task_t* task) {
+  (void) task;
+  ev_add(&wide_in);
+  ASSERT_EQ(ev_wait(&wide_in, WIDE_N, 5000), WIDE_N);
+}
+
+
+TEST_IMPL(conserve_wide_pool) {
+  int i;
+
+  ASSERT_OK(setenv("UV_THREADPOOL_SIZE", "24", 1));
+  setup(NULL);
+  ev_init(&wide_in);
+  for (i = 0; i < WIDE_N; i++) {
+    ASSERT_OK(uvs_worker_init(&sched, &wide_w[i], UVS_POOL));
+    ASSERT_OK(uvs_task_init(&wide_t[i], wide_run, ok_done));
+    ASSERT_OK(uvs_schedule(&wide_w[i], &wide_t[i]));
+  }
+  ASSERT_OK(uv_run(&loop, UV_RUN_DEFAULT));
+  ASSERT_EQ(ndone, WIDE_N);
+  TEST_CLOSE_SCHED_AND_LOOP(&loop, &sched, UVS_CANCEL);
+  ev_destroy(&wide_in);
+  return 0;
+}
