@@ -376,3 +376,104 @@ TEST_IMPL(conserve_wide_pool) {
   ev_destroy(&wide_in);
   return 0;
 }
+
+
+/* ---- conserve_loop_timer_between_turns --------------------------------- */
+/* A loop worker with two long tasks; the first starts a 5 ms uv_timer and
+ * runs 100 ms. Guarantee 7: one turn per loop iteration, whichever callback
+ * runs it, so the timer fires before the second task starts. Meanwhile
+ * another thread wakes the scheduler's uv_async: a pool task that ends
+ * while the first task runs, or the foreign thread that scheduled both
+ * tasks before the loop ran. */
+#define LT_MS 100
+
+static uvs_worker_t lt_l;
+static uvs_worker_t lt_p;
+static uvs_task_t lt_t1;
+static uvs_task_t lt_t2;
+static uvs_task_t lt_pt;
+static uv_timer_t lt_timer;
+static int lt_fired;
+static int lt_t2_runs;
+static event_t lt_t1_started;
+
+static void lt_timer_cb(uv_timer_t* handle) {
+  (void) handle;
+  lt_fired++;
+}
+
+
+static void lt_t1_run(uvs_task_t* task) {
+  (void) task;
+  ASSERT_OK(uv_timer_start(&lt_timer, lt_timer_cb, 5, 0));
+  ev_add(&lt_t1_started);
+  uv_sleep(LT_MS);
+}
+
+
+static void lt_t2_run(uvs_task_t* task) {
+  (void) task;
+  /* The timer, due 95 ms ago, had its loop iteration. */
+  ASSERT_EQ(lt_fired, 1);
+  lt_t2_runs++;
+}
+
+
+/* On a pool thread: ends (and hands back, which wakes the loop's async)
+ * while the first loop task runs. */
+static void lt_pt_run(uvs_task_t* task) {
+  (void) task;
+  ASSERT_GE(ev_wait(&lt_t1_started, 1, 5000), 1);
+}
+
+
+static void lt_setup(void) {
+  setup(NULL);
+  ev_init(&lt_t1_started);
+  ASSERT_OK(uv_timer_init(&loop, &lt_timer));
+  ASSERT_OK(uvs_worker_init(&sched, &lt_l, UVS_LOOP));
+  ASSERT_OK(uvs_worker_init(&sched, &lt_p, UVS_POOL));
+  ASSERT_OK(uvs_task_init(&lt_t1, lt_t1_run, ok_done));
+  ASSERT_OK(uvs_task_init(&lt_t2, lt_t2_run, ok_done));
+  ASSERT_OK(uvs_task_init(&lt_pt, lt_pt_run, ok_done));
+}
+
+
+static void lt_check_and_close(int ntasks) {
+  ASSERT_EQ(ndone, ntasks);
+  ASSERT_EQ(lt_t2_runs, 1);
+  ASSERT_EQ(lt_fired, 1);
+  uv_close((uv_handle_t*) &lt_timer, NULL);
+  TEST_CLOSE_SCHED_AND_LOOP(&loop, &sched, UVS_CANCEL);
+  ev_destroy(&lt_t1_started);
+}
+
+
+TEST_IMPL(conserve_loop_timer_between_turns) {
+  lt_setup();
+  ASSERT_OK(uvs_schedule(&lt_p, &lt_pt));
+  ASSERT_OK(uvs_schedule(&lt_l, &lt_t1));
+  ASSERT_OK(uvs_schedule(&lt_l, &lt_t2));
+  ASSERT_OK(uv_run(&loop, UV_RUN_DEFAULT));
+  lt_check_and_close(3);
+  return 0;
+}
+
+
+static void lt_foreign(void* arg) {
+  (void) arg;
+  ASSERT_OK(uvs_schedule(&lt_l, &lt_t1));
+  ASSERT_OK(uvs_schedule(&lt_l, &lt_t2));
+}
+
+
+TEST_IMPL(conserve_loop_timer_between_turns_foreign) {
+  uv_thread_t thread;
+
+  lt_setup();
+  ASSERT_OK(uv_thread_create(&thread, lt_foreign, NULL));
+  ASSERT_OK(uv_thread_join(&thread));
+  ASSERT_OK(uv_run(&loop, UV_RUN_DEFAULT));
+  lt_check_and_close(2);
+  return 0;
+}
