@@ -477,3 +477,121 @@ TEST_IMPL(conserve_loop_timer_between_turns_foreign) {
   lt_check_and_close(2);
   return 0;
 }
+
+
+/* ---- conserve_rejected_after_wait -------------------------------------- */
+/* A pool worker with max_pending 1 and UVS_FULL_BLOCK, kept full: a running
+ * task that holds its thread and one queued behind it. A producer blocked
+ * in uvs_schedule_wait that gets in when room is made was accepted, not
+ * rejected (SPEC, Metrics: rejected counts calls that accepted nothing);
+ * one that times out is one rejection, however long it waited. 50 ms after
+ * the producer began its call, the controller checks that it has not
+ * returned, so that it did wait (no event says it is blocked), then makes
+ * room. */
+static uvs_worker_t rj_w;
+static uvs_task_t rj_t[4];
+static int rj_idx[2] = {0, 1};
+static event_t rj_started;  /* holders started */
+static event_t rj_released; /* holders released */
+static event_t rj_calling;  /* the producer is about to call */
+static event_t rj_returned; /* and its call returned */
+static atomic_int rj_err = 1;
+static uv_async_t rj_alive;
+
+static void rj_hold_run(uvs_task_t* task) {
+  int idx;
+
+  idx = *(int*) task->data;
+  ev_add(&rj_started);
+  ASSERT_GE(ev_wait(&rj_released, idx + 1, 5000), idx + 1);
+}
+
+
+static uint64_t rj_rejected(void) {
+  uvs_worker_metrics_t m;
+
+  ASSERT_OK(uvs_worker_metrics(&rj_w, &m));
+  return m.rejected;
+}
+
+
+static void rj_producer(void* arg) {
+  (void) arg;
+  ev_add(&rj_calling);
+  atomic_store(&rj_err, uvs_schedule_wait(&rj_w, &rj_t[2], 5000));
+  ev_add(&rj_returned);
+}
+
+
+static void rj_controller(void* arg) {
+  uv_thread_t producer;
+  uint64_t t0;
+
+  (void) arg;
+  /* Full: the first holder runs, the second is queued. */
+  ASSERT_GE(ev_wait(&rj_started, 1, 5000), 1);
+  ASSERT_OK(uvs_schedule(&rj_w, &rj_t[1]));
+  ASSERT_UINT64_EQ(rj_rejected(), 0);
+
+  /* A wait that gets in. */
+  ASSERT_OK(uv_thread_create(&producer, rj_producer, NULL));
+  ASSERT_GE(ev_wait(&rj_calling, 1, 5000), 1);
+  uv_sleep(50);
+  ASSERT_EQ(ev_get(&rj_returned), 0);
+  ev_add(&rj_released); /* the second holder starts: room */
+  ASSERT_GE(ev_wait(&rj_returned, 1, 5000), 1);
+  ASSERT_OK(uv_thread_join(&producer));
+  ASSERT_OK(atomic_load(&rj_err));
+  ASSERT_UINT64_EQ(rj_rejected(), 0);
+
+  /* A wait that times out: the second holder runs, the producer's task is
+   * queued, and nothing makes room. */
+  ASSERT_GE(ev_wait(&rj_started, 2, 5000), 2);
+  t0 = test_hrtime_ms();
+  ASSERT_ERR(uvs_schedule_wait(&rj_w, &rj_t[3], 200), UV_ETIMEDOUT);
+  ASSERT_UINT64_GE(test_hrtime_ms() - t0, 199);
+  ASSERT_UINT64_EQ(rj_rejected(), 1);
+
+  ev_add(&rj_released);
+  ASSERT_OK(uv_async_send(&rj_alive));
+}
+
+
+static void rj_alive_cb(uv_async_t* handle) {
+  uv_close((uv_handle_t*) handle, NULL);
+}
+
+
+TEST_IMPL(conserve_rejected_after_wait) {
+  uvs_worker_options_t o;
+  uv_thread_t controller;
+  int i;
+
+  setup(NULL);
+  ev_init(&rj_started);
+  ev_init(&rj_released);
+  ev_init(&rj_calling);
+  ev_init(&rj_returned);
+  /* Keeps uv_run from returning until the controller is done. */
+  ASSERT_OK(uv_async_init(&loop, &rj_alive, rj_alive_cb));
+  memset(&o, 0, sizeof(o));
+  o.max_pending = 1;
+  o.on_full = UVS_FULL_BLOCK;
+  ASSERT_OK(uvs_worker_init_ex(&sched, &rj_w, UVS_POOL, &o));
+  for (i = 0; i < 4; i++)
+    ASSERT_OK(uvs_task_init(&rj_t[i], i < 2 ? rj_hold_run : noop_run, ok_done));
+  rj_t[0].data = &rj_idx[0];
+  rj_t[1].data = &rj_idx[1];
+  ASSERT_OK(uvs_schedule(&rj_w, &rj_t[0]));
+  ASSERT_OK(uv_thread_create(&controller, rj_controller, NULL));
+  ASSERT_OK(uv_run(&loop, UV_RUN_DEFAULT));
+  ASSERT_OK(uv_thread_join(&controller));
+  ASSERT_EQ(ndone, 3);
+  ASSERT_UINT64_EQ(rj_rejected(), 1);
+  TEST_CLOSE_SCHED_AND_LOOP(&loop, &sched, UVS_CANCEL);
+  ev_destroy(&rj_started);
+  ev_destroy(&rj_released);
+  ev_destroy(&rj_calling);
+  ev_destroy(&rj_returned);
+  return 0;
+}
