@@ -316,6 +316,79 @@ TEST_IMPL(clock_huge_advance_coalesces) {
 }
 
 
+/* Turns the loop until nothing keeps it alive, for at most 5 s of real
+ * time. SPEC: delayed and periodic tasks of a manual clock don't keep
+ * uv_run() from returning; queued and running tasks (a pool drain in
+ * flight) do, so once it returns 0 every task that fell due has run and
+ * been handed back. */
+static void run_idle(void) {
+  uint64_t end;
+
+  end = test_hrtime_ms() + 5000;
+  while (uv_run(&loop, UV_RUN_NOWAIT) != 0)
+    ASSERT_UINT64_LT(test_hrtime_ms(), end);
+}
+
+
+/* An advance fires what is due at its target and nothing due 1 ms later:
+ * A due at 10, B at 11, and a periodic task whose first grid point is 11.
+ * After advance(10) only A ran; after advance(1) B and the periodic task
+ * ran, each seeing the clock at t0 + 11; the periodic task's next grid
+ * point, 61, takes the clock to reach 61 exactly. Issue 24. */
+static void advance_exact(uvs_where_t where) {
+  setup(1, where);
+  init_items(3);
+  ASSERT_OK(uvs_schedule_after(&worker, &items[0].task, 10));
+  ASSERT_OK(uvs_schedule_after(&worker, &items[1].task, 11));
+  ASSERT_OK(uvs_schedule_every(&worker, &items[2].task, 11, 50));
+  run_idle();
+  ASSERT_EQ(atomic_load(&nruns), 0);
+
+  advance(10);
+  run_idle();
+  ASSERT_EQ(atomic_load(&items[0].runs), 1);
+  ASSERT_UINT64_EQ(items[0].now_at_run[0], t0 + 10);
+  ASSERT_EQ(atomic_load(&items[1].runs), 0);
+  ASSERT_EQ(atomic_load(&items[2].runs), 0);
+  ASSERT_EQ(ndone, 1);
+  ASSERT_OK(items[0].status);
+
+  advance(1);
+  run_idle();
+  ASSERT_EQ(atomic_load(&items[1].runs), 1);
+  ASSERT_EQ(atomic_load(&items[2].runs), 1);
+  ASSERT_UINT64_EQ(items[1].now_at_run[0], t0 + 11);
+  ASSERT_UINT64_EQ(items[2].now_at_run[0], t0 + 11);
+  ASSERT_EQ(atomic_load(&nruns), 3);
+  ASSERT_EQ(ndone, 2);
+  ASSERT_OK(items[1].status);
+
+  advance(49);
+  run_idle();
+  ASSERT_EQ(atomic_load(&items[2].runs), 1);
+  advance(1);
+  run_idle();
+  ASSERT_EQ(atomic_load(&items[2].runs), 2);
+  ASSERT_UINT64_EQ(items[2].now_at_run[1], t0 + 61);
+  ASSERT_EQ(atomic_load(&nruns), 4);
+  ASSERT_EQ(ndone, 2);
+  TEST_CLOSE_SCHED_AND_LOOP(&loop, &sched, UVS_CANCEL);
+  ASSERT_ERR(items[2].status, UV_ECANCELED);
+}
+
+
+TEST_IMPL(clock_advance_exact_loop) {
+  advance_exact(UVS_LOOP);
+  return 0;
+}
+
+
+TEST_IMPL(clock_advance_exact_pool) {
+  advance_exact(UVS_POOL);
+  return 0;
+}
+
+
 /* UV_EINVAL without manual_clock, for NULL, and off the loop thread (a
  * foreign thread, a pool task). */
 static atomic_int off_loop_err;

@@ -4,6 +4,7 @@
 
 #include "task.h"
 
+#include <sched.h>
 #include <stdatomic.h>
 
 #define NPROD 3
@@ -448,5 +449,174 @@ TEST_IMPL(race_cancel_vs_worker_free) {
   ASSERT_OK(uv_thread_join(&thread));
   ASSERT_GT(frounds, 100);
   ASSERT_OK(uv_loop_close(&loop));
+  return 0;
+}
+
+
+/* The contested idle-to-busy hand-off: two producers, released together by
+ * a spin barrier, each schedule one task onto a serial pool worker that
+ * has just gone idle (both tasks of the round before were handed back).
+ * Only one of them may make the worker ready (src/worker.c); if both did,
+ * it would get two drains at once. Guarantee 2: no two run_cbs of the
+ * worker overlap. A watchdog turns a hang (a ready list the double hand-off
+ * broke, say) into a failure. Issue 24. */
+#define HO_ROUNDS 3000
+
+static uvs_worker_t ho_worker;
+static uvs_task_t ho_tasks[2];
+static atomic_int ho_inflight;
+static atomic_int ho_runs;
+static atomic_int ho_arrived[HO_ROUNDS + 1];
+static uv_mutex_t ho_mutex;
+static uv_cond_t ho_cond;
+static int ho_done; /* under ho_mutex */
+static int ho_stop; /* under ho_mutex: the watchdog may go */
+
+
+static void ho_run_cb(uvs_task_t* task) {
+  (void) task;
+  ASSERT_EQ(atomic_fetch_add(&ho_inflight, 1), 0);
+  test_spin_us(20); /* room for a second drain to overlap */
+  atomic_fetch_add(&ho_runs, 1);
+  ASSERT_EQ(atomic_fetch_sub(&ho_inflight, 1), 1);
+}
+
+
+static void ho_done_cb(uvs_task_t* task, int status) {
+  int n;
+
+  (void) task;
+  ASSERT_OK(status);
+  uv_mutex_lock(&ho_mutex);
+  n = ++ho_done;
+  uv_cond_broadcast(&ho_cond);
+  uv_mutex_unlock(&ho_mutex);
+  if (n == 2 * HO_ROUNDS)
+    ASSERT_OK(uvs_sched_close(&sched, UVS_CANCEL, NULL));
+}
+
+
+/* Waits, up to 5 s, until n tasks were handed back. */
+static void ho_wait_done(int n) {
+  uint64_t end;
+  uint64_t now;
+
+  end = uv_hrtime() + 5000 * (uint64_t) 1000000;
+  uv_mutex_lock(&ho_mutex);
+  while (ho_done < n) {
+    now = uv_hrtime();
+    if (now >= end)
+      break;
+    (void) uv_cond_timedwait(&ho_cond, &ho_mutex, end - now);
+  }
+  ASSERT_GE(ho_done, n);
+  uv_mutex_unlock(&ho_mutex);
+}
+
+
+/* Both producers leave here at the same instant: the second to arrive sets
+ * a start time a little ahead, and both spin on the clock until then, which
+ * lines them up closer than a flag handed from one core to the other would.
+ * Then one of them spins a few iterations more, an offset that sweeps from
+ * -64 to 63 across the rounds, so that the two schedule calls meet at every
+ * relative phase of the short step between the load of the worker's state
+ * and its compare-and-swap. (With a plain store there, 3000 rounds caught
+ * the double hand-off in about 4 runs of 5; without the sweep, about 1 in
+ * 4.) 5 s deadline. */
+#define HO_SWEEP 128
+
+static atomic_uint_fast64_t ho_go[HO_ROUNDS + 1];
+
+static void ho_barrier(int p, int round) {
+  uint64_t end;
+  uint64_t go;
+  unsigned spins;
+  volatile int sink;
+  int rel;
+
+  end = test_hrtime_ms() + 5000;
+  if (atomic_fetch_add(&ho_arrived[round], 1) == 1)
+    atomic_store(&ho_go[round], uv_hrtime() + 20000);
+  for (spins = 1; (go = atomic_load(&ho_go[round])) == 0; spins++) {
+    if (spins % 1024 == 0) {
+      ASSERT_UINT64_LT(test_hrtime_ms(), end);
+      sched_yield(); /* the other producer may be off its core */
+    }
+  }
+  while (uv_hrtime() < go) {
+  }
+  rel = round % HO_SWEEP - HO_SWEEP / 2;
+  for (sink = 0; sink < (p == 0 ? rel : -rel); sink++) {
+  }
+}
+
+
+static void ho_producer(void* arg) {
+  int p;
+  int r;
+
+  p = (int) (intptr_t) arg;
+  for (r = 1; r <= HO_ROUNDS; r++) {
+    ho_wait_done(2 * (r - 1));
+    ho_barrier(p, r);
+    ASSERT_OK(uvs_schedule(&ho_worker, &ho_tasks[p]));
+  }
+}
+
+
+static void ho_watchdog(void* arg) {
+  uint64_t end;
+  uint64_t now;
+
+  (void) arg;
+  end = uv_hrtime() + 20000 * (uint64_t) 1000000;
+  uv_mutex_lock(&ho_mutex);
+  while (!ho_stop) {
+    now = uv_hrtime();
+    if (now >= end)
+      test_failed(__FILE__, __LINE__,
+                  "watchdog: not done after 20 s (%d of %d tasks handed back, "
+                  "%d runs)",
+                  ho_done, 2 * HO_ROUNDS, atomic_load(&ho_runs));
+    (void) uv_cond_timedwait(&ho_cond, &ho_mutex, end - now);
+  }
+  uv_mutex_unlock(&ho_mutex);
+}
+
+
+TEST_IMPL(race_idle_handoff_contested) {
+  uvs_sched_options_t opts;
+  uv_thread_t prod[2];
+  uv_thread_t dog;
+  uint64_t start;
+  int p;
+
+  ASSERT_OK(uv_mutex_init(&ho_mutex));
+  ASSERT_OK(uv_cond_init(&ho_cond));
+  memset(&opts, 0, sizeof(opts));
+  opts.keep_alive = 1;
+  ASSERT_OK(uv_loop_init(&loop));
+  ASSERT_OK(uvs_sched_init(&loop, &sched, &opts));
+  ASSERT_OK(uvs_worker_init(&sched, &ho_worker, UVS_POOL));
+  for (p = 0; p < 2; p++)
+    ASSERT_OK(uvs_task_init(&ho_tasks[p], ho_run_cb, ho_done_cb));
+  start = uv_hrtime();
+  ASSERT_OK(uv_thread_create(&dog, ho_watchdog, NULL));
+  for (p = 0; p < 2; p++)
+    ASSERT_OK(uv_thread_create(&prod[p], ho_producer, (void*) (intptr_t) p));
+  ASSERT_OK(uv_run(&loop, UV_RUN_DEFAULT));
+  for (p = 0; p < 2; p++) ASSERT_OK(uv_thread_join(&prod[p]));
+  uv_mutex_lock(&ho_mutex);
+  ho_stop = 1;
+  uv_cond_broadcast(&ho_cond);
+  uv_mutex_unlock(&ho_mutex);
+  ASSERT_OK(uv_thread_join(&dog));
+  ASSERT_EQ(atomic_load(&ho_runs), 2 * HO_ROUNDS);
+  ASSERT_EQ(ho_done, 2 * HO_ROUNDS);
+  ASSERT_OK(uv_loop_close(&loop));
+  printf("# %d rounds in %" PRIu64 " ms\n", HO_ROUNDS,
+         (uv_hrtime() - start) / 1000000);
+  uv_cond_destroy(&ho_cond);
+  uv_mutex_destroy(&ho_mutex);
   return 0;
 }
