@@ -25,7 +25,7 @@ extern "C" {
 #endif
 
 #define UVS_VERSION_MAJOR 0
-#define UVS_VERSION_MINOR 2
+#define UVS_VERSION_MINOR 3
 #define UVS_VERSION_PATCH 0
 
 typedef struct uvs_sched_s uvs_sched_t;
