@@ -245,8 +245,7 @@ void uvs__worker_close_locked(uvs_worker_t* w,
   /* Blocked producers answer UV_ESHUTDOWN; no space_cb, nor key_space_cb,
    * once closing. */
   uvs__wake_all(w);
-  if (w->space_owed != 0)
-    uvs__queue_remove(&w->space_node);
+  uvs__queue_remove(&w->space_node);
   w->space_owed = 0;
   while (uvs__keys_owed_take(w, &key))
     ;
