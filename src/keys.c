@@ -28,8 +28,8 @@
 #define INTAKE_AHEAD 48
 /* The most entries that exist at once, for a worker of width n. An entry's
  * head is in kready or picked by a lane. Intake adds an entry only while
- * nready, which never counts fewer tasks than kready holds, is below
- * INTAKE_AHEAD, so at most that many heads are in kready when it does.
+ * kready holds fewer than INTAKE_AHEAD tasks (nready), so at most that many
+ * heads are in kready when it does.
  * Picked tasks: one in each lane, which takes one task at a time. */
 #define KEYS_ACTIVE(n) ((size_t) INTAKE_AHEAD + (n))
 
@@ -58,7 +58,7 @@ struct uvs__keys_s {
   size_t nbuckets;
   unsigned shift; /* 64 - log2(nbuckets): the hash's top bits index it */
   size_t count;   /* entries in the table */
-  size_t nready;  /* about how many tasks kready holds (see intake) */
+  size_t nready;  /* tasks in kready */
   unsigned seeking; /* lanes posted that have not picked a task yet */
   /* 0.3, key_max_pending: entries owing key_space_cb, oldest first, and
    * what happened since the last uvs__keys_news(). */
@@ -300,10 +300,28 @@ static void count_out(uvs_worker_t* w, uvs__kent_t* e) {
 }
 
 
-/* kready holds one task fewer. */
-static void ready_taken(uvs__keys_t* k) {
-  if (k->nready > 0)
-    k->nready--;
+/* kready, counted: a task in it has tnode.prev pointing at it (tnode is
+ * the timer wheel's link, free while a task is queued; tnode.next holds a
+ * head's key entry), so a cancel that unlinks it knows to count it out,
+ * and intake's window never shrinks under tasks cancelled from it. */
+static void ready_push(uvs_worker_t* w, uvs_task_t* t) {
+  uvs__queue_push(&w->kready, &t->node);
+  t->tnode.prev = &w->kready;
+  w->keys->nready++;
+}
+
+
+static void ready_unshift(uvs_worker_t* w, uvs_task_t* t) {
+  uvs__queue_unshift(&w->kready, &t->node);
+  t->tnode.prev = &w->kready;
+  w->keys->nready++;
+}
+
+
+/* t left kready (lock held): counted out. */
+static void ready_taken(uvs_worker_t* w, uvs_task_t* t) {
+  t->tnode.prev = NULL;
+  w->keys->nready--;
 }
 
 
@@ -323,23 +341,18 @@ int uvs__keys_intake(uvs_worker_t* w) {
   uvs_task_t* t;
 
   k = w->keys;
-  if (uvs__queue_empty(&w->kready))
-    k->nready = 0;
   for (;;) {
     /* Only as far as lanes need to start tasks: the inbox keeps the rest,
      * whose keys then get no entry yet. With many keys in the queue, the
      * table stays about INTAKE_AHEAD entries and in cache, instead of one
-     * entry per key queued, each a cache miss to find. The count is a
-     * guide only (a cancel takes from kready without it): an empty kready
-     * always takes in more. */
+     * entry per key queued, each a cache miss to find. */
     if (k->nready >= INTAKE_AHEAD)
       return 0;
     t = uvs__inbox_take(w, 1);
     if (t == NULL)
       return uvs__inbox_nonempty(w) ? UV_EAGAIN : 0;
     if (t->key == 0) {
-      uvs__queue_push(&w->kready, &t->node);
-      k->nready++;
+      ready_push(w, t);
       continue;
     }
     e = lookup(k, t->key);
@@ -355,8 +368,7 @@ int uvs__keys_intake(uvs_worker_t* w) {
       return UV_ENOMEM;
     }
     set_head(e, t);
-    uvs__queue_push(&w->kready, &t->node);
-    k->nready++;
+    ready_push(w, t);
   }
 }
 
@@ -368,8 +380,8 @@ uvs_task_t* uvs__keys_pick(uvs_worker_t* w, uvs__kent_t** ent) {
   q = uvs__queue_shift(&w->kready);
   if (q == NULL)
     return NULL;
-  ready_taken(w->keys);
   t = uvs__container_of(q, uvs_task_t, node);
+  ready_taken(w, t);
   *ent = NULL;
   if (t->key != 0) {
     *ent = (uvs__kent_t*) t->tnode.next;
@@ -389,8 +401,7 @@ void uvs__keys_unpick(uvs_worker_t* w, uvs_task_t* t) {
     if (w->key_max != 0)
       e->queued++; /* back in the queue: counted again, bound or not */
   }
-  uvs__queue_unshift(&w->kready, &t->node);
-  w->keys->nready++;
+  ready_unshift(w, t);
 }
 
 
@@ -405,14 +416,15 @@ void uvs__keys_release(uvs_worker_t* w, uvs__kent_t* e) {
     return;
   }
   set_head(e, uvs__container_of(q, uvs_task_t, node));
-  uvs__queue_push(&w->kready, q);
-  w->keys->nready++;
+  ready_push(w, e->head);
 }
 
 
 void uvs__keys_unlinked(uvs_worker_t* w, uvs_task_t* t) {
   uvs__kent_t* e;
 
+  if (t->tnode.prev == &w->kready)
+    ready_taken(w, t); /* a cancel unlinked it from kready */
   if (t->key == 0)
     return;
   /* The key's next task leaves: in kready, or in a lane's slot a cancel
@@ -440,8 +452,8 @@ uvs_task_t* uvs__keys_take(uvs_worker_t* w) {
 
   q = uvs__queue_shift(&w->kready);
   if (q != NULL) {
-    ready_taken(w->keys);
     t = uvs__container_of(q, uvs_task_t, node);
+    ready_taken(w, t);
     uvs__keys_unlinked(w, t);
     return t;
   }
@@ -496,7 +508,7 @@ static uvs_task_t* take_key_oldest(uvs_worker_t* w, uvs__kent_t* e) {
   if (e->head != NULL && !e->taken) {
     t = e->head;
     uvs__queue_remove(&t->node);
-    ready_taken(w->keys);
+    ready_taken(w, t);
     count_out(w, e);
     uvs__keys_release(w, e);
     return t;
@@ -576,8 +588,7 @@ void uvs__keys_file(uvs_worker_t* w, uvs_task_t* t) {
     }
     set_head(e, t);
   }
-  uvs__queue_push(&w->kready, &t->node);
-  w->keys->nready++;
+  ready_push(w, t);
 }
 
 
