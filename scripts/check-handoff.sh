@@ -5,18 +5,18 @@
 # LTL property all_run under weak fairness. Then checks that the model can
 # fail: each deliberately broken variant must produce an error.
 #
-# First, without spin, it checks that the model's header comment still
-# points at real code: every "name() in src/FILE.c" must be a function
-# defined in src/FILE.c, every other "name()" must be an inline or proctype
-# of the model or a function defined in some src/*.c, and no line numbers
-# may be cited (they went stale before; function names don't move).
+# First, without spin, it checks that each model's header comment still
+# points at real code: every "name() in src/FILE.c" (or .h) must be a
+# function defined in that file, every other "name()" must be an inline or
+# proctype of the model or a function defined in some src/*.c or src/*.h,
+# and no line numbers may be cited (they went stale before; function names
+# don't move).
 #
 # Usage: scripts/check-handoff.sh [-q]   (from anywhere; needs spin and cc)
 # Prints the states explored per run; exits non-zero on any failure.
 
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
-model="$here/src/handoff.pml"
 quiet=0
 [ "${1:-}" = "-q" ] && quiet=1
 status=0
@@ -34,54 +34,61 @@ defined() {
     END { exit !found }' "$2"
 }
 
-# The header comment, as one line: from the top to the first "*/".
-header=$(awk '{ print } /\*\// { exit }' "$model" |
-  sed -e 's|^ *\*/.*$||' -e 's|^ */\*||' -e 's|^ *\* \{0,1\}||' |
-  tr '\n' ' ' | tr -s ' ')
-refs_ok=1
-if printf '%s\n' "$header" |
-  grep -Eq '[Ll]ines? [0-9]|\.(c|h|pml):[0-9]|\([0-9]+-[0-9]+\)'; then
-  echo "FAIL refs: the header of src/handoff.pml cites line numbers; name functions"
-  refs_ok=0
-fi
-# Functions given with their file.
-while read -r name file; do
-  [ -n "$name" ] || continue
-  if [ ! -f "$here/$file" ]; then
-    echo "FAIL refs: $name() in $file: there is no $file"
-    refs_ok=0
-  elif ! defined "$name" "$here/$file"; then
-    echo "FAIL refs: $name() in $file: no definition of $name in $file"
+# check_refs MODEL: the header comment of MODEL names real code.
+check_refs() {
+  local model=$1 rel header refs_ok name file found f model_names
+  rel=${model#"$here"/}
+  # The header comment, as one line: from the top to the first "*/".
+  header=$(awk '{ print } /\*\// { exit }' "$model" |
+    sed -e 's|^ *\*/.*$||' -e 's|^ */\*||' -e 's|^ *\* \{0,1\}||' |
+    tr '\n' ' ' | tr -s ' ')
+  refs_ok=1
+  if printf '%s\n' "$header" |
+    grep -Eq '[Ll]ines? [0-9]|\.(c|h|pml):[0-9]|\([0-9]+-[0-9]+\)'; then
+    echo "FAIL refs: the header of $rel cites line numbers; name functions"
     refs_ok=0
   fi
-done < <(printf '%s\n' "$header" |
-  grep -Eo '[A-Za-z_][A-Za-z0-9_]*\(\) in src/[A-Za-z0-9_./-]+\.c' |
-  sed 's/() in / /' | sort -u)
-# Every other name(): the model's own, or defined somewhere in src/.
-model_names=$(sed -n 's/^[[:space:]]*\(active[[:space:]]\{1,\}\)\{0,1\}\(inline\|proctype\)[[:space:]]\{1,\}\([A-Za-z_][A-Za-z0-9_]*\).*/\3/p' "$model")
-for name in $(printf '%s\n' "$header" | grep -Eo '[A-Za-z_][A-Za-z0-9_]*\(\)' |
-  sed 's/()$//' | sort -u); do
-  if printf '%s\n' "$model_names" | grep -qx "$name"; then
-    continue
-  fi
-  found=0
-  for f in "$here"/src/*.c; do
-    if defined "$name" "$f"; then
-      found=1
-      break
+  # Functions given with their file.
+  while read -r name file; do
+    [ -n "$name" ] || continue
+    if [ ! -f "$here/$file" ]; then
+      echo "FAIL refs: $name() in $file: there is no $file"
+      refs_ok=0
+    elif ! defined "$name" "$here/$file"; then
+      echo "FAIL refs: $name() in $file: no definition of $name in $file"
+      refs_ok=0
+    fi
+  done < <(printf '%s\n' "$header" |
+    grep -Eo '[A-Za-z_][A-Za-z0-9_]*\(\) in src/[A-Za-z0-9_./-]+\.[ch]' |
+    sed 's/() in / /' | sort -u)
+  # Every other name(): the model's own, or defined somewhere in src/.
+  model_names=$(sed -n 's/^[[:space:]]*\(active[[:space:]]\{1,\}\)\{0,1\}\(inline\|proctype\)[[:space:]]\{1,\}\([A-Za-z_][A-Za-z0-9_]*\).*/\3/p' "$model")
+  for name in $(printf '%s\n' "$header" | grep -Eo '[A-Za-z_][A-Za-z0-9_]*\(\)' |
+    sed 's/()$//' | sort -u); do
+    if printf '%s\n' "$model_names" | grep -qx "$name"; then
+      continue
+    fi
+    found=0
+    for f in "$here"/src/*.c "$here"/src/*.h; do
+      if defined "$name" "$f"; then
+        found=1
+        break
+      fi
+    done
+    if [ "$found" -eq 0 ]; then
+      echo "FAIL refs: $name() is named in the header of $rel," \
+        "but neither the model nor src/ defines it"
+      refs_ok=0
     fi
   done
-  if [ "$found" -eq 0 ]; then
-    echo "FAIL refs: $name() is named in the header of src/handoff.pml," \
-      "but neither the model nor src/*.c defines it"
-    refs_ok=0
+  if [ "$refs_ok" -eq 1 ]; then
+    echo "ok   refs: every function the header of $rel names is defined in src/"
+  else
+    status=1
   fi
-done
-if [ "$refs_ok" -eq 1 ]; then
-  echo "ok   refs: every function the model's header names is defined in src/"
-else
-  status=1
-fi
+}
+
+check_refs "$here/src/handoff.pml"
 
 command -v spin >/dev/null 2>&1 || { echo "spin not found (apt-get install spin)"; exit 1; }
 cc=${CC_PAN:-cc}
@@ -121,6 +128,9 @@ run() {
 }
 
 spin -V | sed 's/^/# /'
+
+# The serial worker: src/handoff.pml.
+model="$here/src/handoff.pml"
 # Safety: assertions and invalid end states (the Quiescent process).
 run "safety (2 producers x 2, 1 timer push, budget 1)" pass "" "-DNOCLAIM" ""
 run "safety (3 producers x 1, 1 timer push, budget 2)" pass \
@@ -132,4 +142,5 @@ run "broken: after_drain without its second look" fail \
   "-DBROKEN_NO_RECHECK" "-DNOCLAIM" ""
 run "broken: producer looks at the state before pushing" fail \
   "-DBROKEN_LOOK_FIRST" "-DNOCLAIM" ""
+
 exit "$status"
