@@ -1,0 +1,485 @@
+/* The hand-off of a wide worker (width > 1) to its lanes, as a Promela
+ * model for spin. src/handoff.pml models the serial worker's.
+ *
+ * Checked by scripts/check-handoff.sh (CI runs it): never more lanes of
+ * the worker active than its width, nor more drains than the cap; the
+ * worker is never listed twice, and is listed only while SCHEDULED; when
+ * everything has stopped, every task ran, nothing is queued, the worker is
+ * idle, unlisted and has no lane; every task eventually runs (LTL, weak
+ * fairness); and work conservation (guarantee 12): whenever nothing can
+ * move but long tasks, no task waits queued while a lane is free and the
+ * cap has room. The script also checks that the model is not vacuous:
+ * with -DBROKEN_NO_LOOK (lane_work_done() frees the lane without looking
+ * at the queue), -DBROKEN_LANES_FIRST (a producer reads lanes_active
+ * before its push) or -DBROKEN_NO_RELIST (serve_wide() does not list the
+ * worker again after a push caught mid-way) spin must find a lost task
+ * even with the work-conservation assertion left out (-DNO_CONSERVE), and
+ * with -DBROKEN_ONE_LANE (serve_wide() posts one lane a call, whatever is
+ * queued), which loses nothing, the work-conservation assertion must
+ * fail.
+ *
+ * What it abstracts. The inbox is as in src/handoff.pml: `pushed` counts
+ * exchanges on the tail, `lnk[i]` says item i is linked, `taken` counts
+ * items taken in, and uvs__inbox_nonempty() is pushed != taken. Keys are
+ * left out: every task is startable, so kready (the list lanes pick from)
+ * is the count `kq`, and uvs__keys_lanes_wanted() is min(kq, WIDTH -
+ * lanes_active + seeking) - seeking. Spin explores sequentially
+ * consistent interleavings; the operations that decide the hand-off are
+ * seq_cst in the C code (the exchange on the tail, the producer's loads
+ * of lanes_active and state and its CAS; the store of IDLE, the look at
+ * the tail and the CAS in serve_wide() and want_lanes(); the store that
+ * frees a lane and the look at the tail in lane_work_done()). The link
+ * is not: it is a release store, and C11 lets another thread see it after
+ * the producer's seq_cst loads and CAS that follow it. So a producer here
+ * links right after its exchange, or after its loads, or after its CAS
+ * (at the latest: a producer that won the CAS then takes the lock, which
+ * publishes the link). Without that, no run needs serve_wide() to list
+ * the worker again after a push caught mid-way, and -DBROKEN_NO_RELIST
+ * passes. post_lane() raises lanes_active with a release store: a
+ * producer that misses it only lists the worker once more. What a holder
+ * of the lock does that other threads see only under the lock (taking
+ * the inbox in, picking a task, the seeking count, running the task) is
+ * one step with what comes before or after it. Kicks of the loop
+ * (uvs__kick() in src/loop.c) are not modelled: a listed worker is served
+ * as soon as the cap leaves room. Other workers' runners, which share the
+ * cap, are not modelled either: CAP counts this worker's lanes only.
+ * Closing and cancelling are left out.
+ *
+ * Work conservation needs a moment when a lane would be missed: a lane's
+ * run of a task is short, or long, and a long one ends only when nothing
+ * else in the model can move (Quiescent()). Then every lane that exists
+ * is running a long task, and a task still queued has a lane coming for
+ * it only if the worker is listed, which the loop serves unless the cap
+ * is reached: so lanes_active == WIDTH or drains == CAP must hold.
+ * -DNO_CONSERVE leaves that assertion out, to tell a broken variant that
+ * loses a task from one that only leaves a lane unposted.
+ *
+ * Where each part of the model is in the C code. Name functions, never line
+ * numbers: scripts/check-handoff.sh fails if a function named here with
+ * "in src/FILE.c" (or .h) has no definition in that file, if any other
+ * function named here with parentheses is neither an inline or proctype of
+ * this model nor defined in a file of src/, or if this comment cites line
+ * numbers.
+ *
+ *   model                          C code
+ *   -----------------------------  -------------------------------------
+ *   push(): exchange, link         push_node() in src/inbox.c, called by
+ *                                  uvs__inbox_push() in src/inbox.c:
+ *                                  exchange on inbox_tail (seq_cst), then
+ *                                  release store of prev->next
+ *   push(): lanes_active, state,   uvs__worker_push() in src/worker.c, for
+ *   CAS, make_ready()              a worker with keys: seq_cst loads of
+ *                                  w->lanes_active (none wanted if it is
+ *                                  at the width) and of w->state, CAS
+ *                                  IDLE -> SCHEDULED, then under the lock
+ *                                  uvs__worker_make_ready() in
+ *                                  src/worker.c: listed on wide_ready once
+ *   Loop: serve a listed worker    dispatch() in src/loop.c, while room()
+ *                                  in src/loop.c, calling serve_wide() in
+ *                                  src/loop.c: off the list, store IDLE,
+ *                                  take the inbox in, post the lanes
+ *                                  wanted; at the cap, CAS back to
+ *                                  SCHEDULED and list again; after a push
+ *                                  caught mid-way, want_lanes()
+ *   intake(), then `busy`          uvs__keys_intake() in src/keys.c, with
+ *                                  uvs__inbox_take() in src/inbox.c: stops
+ *                                  at an item not linked yet; then the
+ *                                  look at the tail (uvs__inbox_nonempty()
+ *                                  in src/inbox.c) says UV_EAGAIN
+ *   wanted()                       uvs__keys_lanes_wanted() in src/keys.c
+ *   post_lane()                    post_lane() in src/loop.c: the first
+ *                                  free lane, seeking
+ *                                  (uvs__keys_seeking() in src/keys.c),
+ *                                  lanes_active and drains up, then
+ *                                  uv_queue_work
+ *   want_lanes()                   want_lanes() in src/loop.c: CAS IDLE
+ *                                  -> SCHEDULED, and list on success
+ *   proctype Lane (one per lane;   lane_work() in src/loop.c running
+ *   each `go` is one               uvs__lane_turn() in src/drain.c, which
+ *   uv_queue_work)                 is turn() in src/drain.c: under the
+ *                                  lock, fill() in src/drain.c stops
+ *                                  seeking, takes the inbox in and picks
+ *                                  one task (uvs__keys_pick() in
+ *                                  src/keys.c); it runs it without the
+ *                                  lock, and goes on until nothing is
+ *                                  left to pick or BUDGET is spent
+ *   Loop: lane_done()              lane_work_done() in src/loop.c, its
+ *                                  after_work_cb on the loop thread:
+ *                                  drains down, seeking off, seq_cst
+ *                                  store of lanes_active - 1, then
+ *                                  uvs__worker_nonempty() in
+ *                                  src/internal.h (inbox tail, seq_cst,
+ *                                  or kready) and want_lanes()
+ *   Loop: timer push               fire() in src/loop.c calling uvs__due()
+ *                                  in src/worker.c, which calls
+ *                                  uvs__worker_push(requeue = 1) with the
+ *                                  lock held
+ *   Quiescent()                    none: the model's checks when nothing
+ *                                  else can move
+ */
+
+#ifndef NPROD
+#define NPROD 2  /* producers on other threads */
+#endif
+#ifndef PUSHES
+#define PUSHES 2 /* schedules per producer */
+#endif
+#ifndef TIMERS
+#define TIMERS 1 /* delayed tasks the loop pushes when they fall due */
+#endif
+#ifndef BUDGET
+#define BUDGET 1 /* tasks per lane turn: small, so lanes end with work left */
+#endif
+#ifndef CAP
+#define CAP 2    /* sched->cap: drains posted or running at once */
+#endif
+#define WIDTH 2  /* lanes of the worker; Quiescent() names each one */
+#define TOTAL (NPROD * PUSHES + TIMERS)
+
+#define W_IDLE 0 /* worker->state */
+#define W_SCHEDULED 1
+#define P_IDLE 0 /* worker->phase */
+#define P_READY 1 /* on sched->wide_ready */
+
+byte state = W_IDLE;
+byte phase = P_IDLE;
+byte pushed = 0;      /* exchanges on the inbox tail */
+bool lnk[TOTAL];      /* item i is linked behind item i - 1 */
+byte taken = 0;       /* items taken in */
+byte kq = 0;          /* kready: tasks taken in, not picked */
+byte ran = 0;         /* run_cbs */
+bool lock = 0;        /* sched->lock */
+byte lanes_active = 0; /* w->lanes_active */
+byte drains = 0;      /* sched->drains: here, lanes posted or running */
+byte seeking = 0;     /* keys->seeking: lanes posted that have not picked */
+bool lactive[WIDTH];  /* lane->active: posted, running or returning */
+bool seek[WIDTH];     /* lane->seeking */
+bool go[WIDTH];       /* the lane is posted (uv_queue_work) */
+bool fin[WIDTH];      /* the lane returned: its after_work_cb is due */
+bool stalled[WIDTH];  /* the lane runs a long task */
+byte fired = 0;       /* timer pushes done */
+
+inline acquire() {
+  atomic { lock == 0 -> lock = 1 }
+}
+
+inline release() {
+  lock = 0
+}
+
+/* Lock held. Listing a worker that is already listed would link its
+ * ready_node twice; only a CAS to SCHEDULED lists it. */
+inline make_ready() {
+  assert(phase == P_IDLE && state == W_SCHEDULED);
+  phase = P_READY
+}
+
+/* CAS IDLE -> SCHEDULED; won says whether it did. Each caller makes it
+ * one step (atomic) with what it does under the lock around it. */
+inline cas_idle(won) {
+  if
+  :: state == W_IDLE -> state = W_SCHEDULED; won = 1
+  :: else -> won = 0
+  fi
+}
+
+/* Lock held. */
+inline want_lanes(won) {
+  cas_idle(won);
+  if
+  :: won -> make_ready()
+  :: else -> skip /* listed, or a producer that won lists it */
+  fi
+}
+
+/* Lock held: anything in the inbox (the tail, seq_cst) or kready. */
+inline nonempty(r) {
+  r = (pushed != taken || kq > 0)
+}
+
+/* Lock held. Takes linked items into kready, up to the first one not
+ * linked yet. No other thread reads what it changes without the lock, and
+ * links only appear, so its reads stand for reads at the last one's
+ * instant: one step. */
+inline intake() {
+  do
+  :: taken < pushed && lnk[taken] -> taken++; kq++
+  :: else -> break
+  od
+}
+
+/* uvs__keys_lanes_wanted(), with every task startable. */
+inline wanted(want) {
+  want = WIDTH - lanes_active + seeking;
+  if
+  :: kq < want -> want = kq
+  :: else -> skip
+  fi;
+  if
+  :: want > seeking -> want = want - seeking
+  :: else -> want = 0
+  fi
+}
+
+/* Lock held, loop thread: lanes_active < WIDTH and room in the cap. */
+inline post_lane(i) {
+  assert(lanes_active < WIDTH && drains < CAP);
+  i = 0;
+  do
+  :: lactive[i] -> i++
+  :: else -> break
+  od;
+  lactive[i] = 1;
+  seek[i] = 1;
+  seeking++;
+  lanes_active++;
+  drains++;
+  go[i] = 1;
+  i = 0
+}
+
+/* uvs__worker_push() by a producer: exchange, link, load lanes_active,
+ * load state, CAS, list under the lock. Each load and the CAS is a step:
+ * a producer that saw SCHEDULED must not list the worker when it is IDLE
+ * again by the time a CAS would run. The link comes right after the
+ * exchange, or after the loads, or after the CAS (see the header). */
+inline push(my, won, late, look) {
+#ifdef BROKEN_LANES_FIRST
+  look = (lanes_active < WIDTH);
+#endif
+  atomic { my = pushed; pushed++ };
+  if
+  :: lnk[my] = 1
+  :: late = 1
+  :: late = 2
+  fi;
+#ifndef BROKEN_LANES_FIRST
+  look = (lanes_active < WIDTH);
+#endif
+  if
+  :: look -> look = (state == W_IDLE)
+  :: else -> skip /* every lane busy: lane_done() looks at the queue */
+  fi;
+  if
+  :: late == 1 -> lnk[my] = 1; late = 0
+  :: else -> skip
+  fi;
+  if
+  :: look -> atomic { cas_idle(won); look = 0 }
+  :: else -> skip
+  fi;
+  if
+  :: late == 2 -> lnk[my] = 1; late = 0
+  :: else -> skip
+  fi;
+  if
+  :: won -> atomic { lock == 0 -> make_ready(); won = 0 }
+  :: else -> skip
+  fi;
+  my = 0
+}
+
+proctype Producer() {
+  byte i = 0;
+  byte my;
+  bool won;
+  byte late;
+  bool look;
+
+  do
+  :: i < PUSHES -> push(my, won, late, look); i++
+  :: else -> break
+  od
+}
+
+/* fill() in a lane's turn, lock held: stops seeking, takes the inbox in
+ * and picks one task, if any. The task's run, short or long, is folded
+ * into the same step: nothing another thread reads happens between. */
+inline fill(me, n, got) {
+  if
+  :: seek[me] -> seek[me] = 0; seeking--
+  :: else -> skip
+  fi;
+  intake();
+  if
+  :: kq > 0 ->
+     kq--;
+     got = 1;
+     n++;
+     ran++;
+     if
+     :: skip
+     :: stalled[me] = 1 /* a long run_cb */
+     fi
+  :: else -> got = 0
+  fi
+}
+
+/* One lane: each `go` is one uv_queue_work of it, a turn of one task at a
+ * time, at most BUDGET of them, picked under the lock and run without
+ * it. A long run ends only when nothing else can move (Quiescent()). */
+proctype Lane(byte me) {
+  byte n;
+  bool got;
+
+end:
+  do
+  :: atomic { go[me] && lock == 0 -> go[me] = 0; fill(me, n, got) };
+     do
+     :: atomic {
+          !stalled[me] && got && n < BUDGET && lock == 0 -> fill(me, n, got)
+        }
+     :: atomic {
+          !stalled[me] && (!got || n >= BUDGET) ->
+          fin[me] = 1; n = 0; got = 0; break
+        }
+     od
+  od
+}
+
+/* lane_work_done(), on the loop thread: frees the lane with a seq_cst
+ * store, then looks at the queue. */
+inline lane_done(i, ne, won) {
+  atomic {
+    fin[i] && lock == 0 ->
+    lock = 1;
+    fin[i] = 0;
+    drains--;
+    lactive[i] = 0;
+    if
+    :: seek[i] -> seek[i] = 0; seeking--
+    :: else -> skip
+    fi;
+    lanes_active--
+  };
+  atomic {
+#ifndef BROKEN_NO_LOOK
+    nonempty(ne);
+    if
+    :: ne -> want_lanes(won)
+    :: else -> skip
+    fi;
+    ne = 0;
+    won = 0;
+#endif
+    release()
+  }
+}
+
+/* The loop thread: serves the listed worker while the cap leaves room,
+ * runs a lane's after_work_cb, and pushes delayed tasks that fall due. */
+active proctype Loop() {
+  bool busy;
+  bool ne;
+  bool won;
+  byte want;
+  byte i;
+
+end:
+  do
+  :: atomic {
+       phase == P_READY && drains < CAP && lock == 0 ->
+       lock = 1;
+       /* serve_wide(): off the list, then IDLE (seq_cst) */
+       assert(state == W_SCHEDULED);
+       phase = P_IDLE;
+       state = W_IDLE
+     };
+     atomic { intake() };
+     busy = (pushed != taken); /* UV_EAGAIN: the tail shows more */
+     atomic {
+       wanted(want);
+#ifdef BROKEN_ONE_LANE
+       if
+       :: want > 1 -> want = 1
+       :: else -> skip
+       fi;
+#endif
+       do
+       :: want > 0 && drains < CAP -> post_lane(i); want--
+       :: else -> break
+       od;
+       if
+       :: want > 0 ->
+          /* the cap stopped it: back on the list */
+          cas_idle(won);
+          if
+          :: won -> make_ready()
+          :: else -> skip
+          fi
+       :: else ->
+#ifndef BROKEN_NO_RELIST
+          if
+          :: busy -> want_lanes(won)
+          :: else -> skip
+          fi
+#else
+          skip
+#endif
+       fi;
+       busy = 0;
+       want = 0;
+       won = 0;
+       release()
+     }
+  :: lane_done(0, ne, won)
+  :: lane_done(1, ne, won)
+  :: atomic {
+       /* A timer push: fire() and uvs__due(), lock held, so no lane takes
+        * the inbox in before the link, and only the CAS meets other
+        * threads' steps: one step. */
+       fired < TIMERS && lock == 0 ->
+       lock = 1;
+       lnk[pushed] = 1;
+       pushed++;
+       if
+       :: lanes_active < WIDTH -> want_lanes(won)
+       :: else -> skip
+       fi;
+       won = 0;
+       fired++;
+       release()
+     }
+  od
+}
+
+init {
+  byte i = 0;
+
+  atomic {
+    do
+    :: i < NPROD -> run Producer(); i++
+    :: else -> break
+    od;
+    run Lane(0);
+    run Lane(1)
+  }
+}
+
+/* Runs when nothing else can move. Then every lane that exists runs a
+ * long task: a task still queued while a lane is free and the cap has
+ * room has no lane coming (guarantee 12). One long task ends, and the
+ * model goes on; once none is left, everything ran and the worker is idle
+ * and unlisted, with no lane. */
+active proctype Quiescent() {
+end:
+  do
+  :: timeout ->
+#ifndef NO_CONSERVE
+     assert(!((pushed != taken || kq > 0) &&
+              lanes_active < WIDTH && drains < CAP));
+#endif
+     if
+     :: stalled[0] -> stalled[0] = 0
+     :: stalled[1] -> stalled[1] = 0
+     :: else ->
+        assert(pushed == TOTAL && taken == TOTAL && kq == 0 &&
+               ran == TOTAL && state == W_IDLE && phase == P_IDLE &&
+               lanes_active == 0 && drains == 0 && seeking == 0);
+        break
+     fi
+  od
+}
+
+/* With weak fairness, every task is eventually run. */
+ltl all_run { <> (ran == TOTAL) }
