@@ -187,6 +187,19 @@ typedef struct bench_lane_s {
   bench_count_t* count;
 } bench_lane_t;
 
+/* Starts n lanes over, all counting into c. */
+static inline void bench_lanes_reset(bench_lane_t* lanes,
+                                     size_t n,
+                                     bench_count_t* c) {
+  size_t i;
+
+  for (i = 0; i < n; i++) {
+    lanes[i].next = 0;
+    lanes[i].bad = 0;
+    lanes[i].count = c;
+  }
+}
+
 static inline void bench_lane_hit(bench_lane_t* lane, uint64_t seq) {
   if (seq != lane->next)
     lane->bad++;

@@ -15,17 +15,6 @@
 #include <string.h>
 
 
-static void lanes_reset(bench_lane_t* lanes, size_t n, bench_count_t* c) {
-  size_t i;
-
-  for (i = 0; i < n; i++) {
-    lanes[i].next = 0;
-    lanes[i].bad = 0;
-    lanes[i].count = c;
-  }
-}
-
-
 /* Live heap of the bench and the library (linked statically into it):
  * the bench links with --wrap for malloc, calloc, realloc and free, so
  * every call from these objects comes through here (libuv's and libc's own
@@ -110,7 +99,7 @@ static int keyed_run(keyed_t* k, const char* where) {
 
   total = k->keys * k->per;
   bench_count_reset(&k->count, total);
-  lanes_reset(k->lanes, k->keys, &k->count);
+  bench_lanes_reset(k->lanes, k->keys, &k->count);
   bench_arm(where);
   cpu0 = bench_process_cpu();
   t0 = uv_hrtime();

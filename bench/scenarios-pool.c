@@ -19,17 +19,6 @@ static double per_second(size_t n, uint64_t t0, uint64_t t1) {
 }
 
 
-static void lanes_reset(bench_lane_t* lanes, size_t n, bench_count_t* c) {
-  size_t i;
-
-  for (i = 0; i < n; i++) {
-    lanes[i].next = 0;
-    lanes[i].bad = 0;
-    lanes[i].count = c;
-  }
-}
-
-
 static void sched_open(uv_loop_t* loop,
                        uvs_sched_t* s,
                        uvs_worker_t* workers,
@@ -56,7 +45,7 @@ double bench_rr_uvs(bench_rr_t* rr, const char* where) {
 
   total = rr->nworkers * rr->per;
   bench_count_reset(&rr->count, total);
-  lanes_reset(rr->lanes, rr->nworkers, &rr->count);
+  bench_lanes_reset(rr->lanes, rr->nworkers, &rr->count);
   bench_arm(where);
 
   cpu0 = bench_process_cpu();
@@ -140,7 +129,7 @@ static double naive_one(uv_loop_t* loop,
   size_t i;
 
   bench_count_reset(&count, n);
-  lanes_reset(&lane, 1, &count);
+  bench_lanes_reset(&lane, 1, &count);
   bench_arm(where);
 
   cpu0 = bench_process_cpu();
@@ -442,7 +431,7 @@ static int feed(uv_loop_t* loop,
   uint64_t cpu0;
 
   bench_count_reset(&count, f->n);
-  lanes_reset(&lane, 1, &count);
+  bench_lanes_reset(&lane, 1, &count);
   bench_finish_init(loop, &finish);
   count.notify = &finish;
   f->lane = &lane;
@@ -658,7 +647,7 @@ static double post_run(uv_loop_t* loop,
   int err;
 
   bench_count_reset(&count, n);
-  lanes_reset(&lane, 1, &count);
+  bench_lanes_reset(&lane, 1, &count);
   bench_arm(where);
   *allocs = 0;
 

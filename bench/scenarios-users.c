@@ -64,6 +64,23 @@ typedef struct usys_s {
   int err;
 } usys_t;
 
+
+/* The three systems of a row: uvsched on workers, raw, naive. */
+static void usys_init(usys_t* sys,
+                      uv_loop_t* loop,
+                      uvs_worker_t* workers,
+                      bench_naive_t* naive) {
+  int v;
+
+  memset(sys, 0, 3 * sizeof(*sys));
+  for (v = 0; v < 3; v++) {
+    sys[v].kind = v;
+    sys[v].loop = loop;
+  }
+  sys[U_UVS].workers = workers;
+  sys[U_NAIVE].naive = naive;
+}
+
 /* Spins for ns of the calling thread's CPU time. */
 static void spin_cpu(uint64_t ns) {
   uint64_t end;
@@ -133,17 +150,6 @@ static void submit(usys_t* s, utask_t* t) {
   }
   if (err != 0 && s->err == 0)
     s->err = err;
-}
-
-
-static void lanes_reset(bench_lane_t* lanes, size_t n, bench_count_t* c) {
-  size_t i;
-
-  for (i = 0; i < n; i++) {
-    lanes[i].next = 0;
-    lanes[i].bad = 0;
-    lanes[i].count = c;
-  }
 }
 
 
@@ -578,7 +584,7 @@ static int mix_run(
     return -1;
   }
   bench_count_reset(&m->count, m->n);
-  lanes_reset(m->lanes, MIX_WORKERS, &m->count);
+  bench_lanes_reset(m->lanes, MIX_WORKERS, &m->count);
   for (i = 0; i < m->n; i++) {
     t = &m->tasks[i];
     t->lane = sys->kind == U_RAW ? NULL : &m->lanes[t->idx];
@@ -707,13 +713,7 @@ static void users_mix(const bench_cfg_t* cfg) {
     if (uvs_worker_init(&sched, &workers[i], UVS_POOL) != 0)
       abort();
   naive_open(&loop, naive, MIX_WORKERS);
-  memset(sys, 0, sizeof(sys));
-  for (v = 0; v < 3; v++) {
-    sys[v].kind = v;
-    sys[v].loop = &loop;
-  }
-  sys[U_UVS].workers = workers;
-  sys[U_NAIVE].naive = naive;
+  usys_init(sys, &loop, workers, naive);
 
   for (run = 0; run < cfg->runs; run++) {
     mix_arrivals(m, max_n, rate, window, 0x75e25 + (uint64_t) run);
@@ -915,7 +915,7 @@ static double dep_run(dep_t* d,
   d->gen = 0;
   d->want = sys->kind == U_UVS ? 2 : sys->kind == U_RAW ? d->burst + 2 : 1;
   bench_count_reset(&d->count, d->cycles * (d->burst + 2));
-  lanes_reset(d->lanes, 2, &d->count);
+  bench_lanes_reset(d->lanes, 2, &d->count);
   for (j = 0; j < d->burst + 2; j++) {
     t = &d->tasks[j];
     memset(t, 0, sizeof(*t));
@@ -1024,13 +1024,7 @@ static void users_dep(const bench_cfg_t* cfg) {
       uvs_worker_init(&sched, &workers[1], UVS_POOL) != 0)
     abort();
   naive_open(&loop, naive, 2);
-  memset(sys, 0, sizeof(sys));
-  for (v = 0; v < 3; v++) {
-    sys[v].kind = v;
-    sys[v].loop = &loop;
-  }
-  sys[U_UVS].workers = workers;
-  sys[U_NAIVE].naive = naive;
+  usys_init(sys, &loop, workers, naive);
 
   for (run = 0; run < cfg->runs; run++) {
     for (k = 0; k < 3; k++) {
@@ -1108,7 +1102,7 @@ static double keyrate_run(keyrate_t* kr,
 
   total = kr->keys * kr->per;
   bench_count_reset(&kr->count, total);
-  lanes_reset(kr->lanes, kr->keys, &kr->count);
+  bench_lanes_reset(kr->lanes, kr->keys, &kr->count);
   for (i = 0; i < total; i++) {
     t = &kr->tasks[i];
     memset(t, 0, sizeof(*t));

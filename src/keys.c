@@ -56,9 +56,9 @@ typedef struct kchunk_s {
 struct uvs__keys_s {
   uvs__kent_t** buckets;
   size_t nbuckets;
-  unsigned shift; /* 64 - log2(nbuckets): the hash's top bits index it */
-  size_t count;   /* entries in the table */
-  size_t nready;  /* tasks in kready */
+  unsigned shift;   /* 64 - log2(nbuckets): the hash's top bits index it */
+  size_t count;     /* entries in the table */
+  size_t nready;    /* tasks in kready */
   unsigned seeking; /* lanes posted that have not picked a task yet */
   /* 0.3, key_max_pending: entries owing key_space_cb, oldest first, and
    * what happened since the last uvs__keys_news(). */
@@ -271,8 +271,7 @@ static void ent_del(uvs__keys_t* k, uvs__kent_t* e) {
 /* Deletes an entry that holds nothing and owes nothing: idle keys cost
  * no memory. */
 static void maybe_del(uvs__keys_t* k, uvs__kent_t* e) {
-  if (e->head == NULL && uvs__queue_empty(&e->q) && e->queued == 0 &&
-      !e->owed)
+  if (e->head == NULL && uvs__queue_empty(&e->q) && e->queued == 0 && !e->owed)
     ent_del(k, e);
 }
 
@@ -290,8 +289,7 @@ static void count_out(uvs_worker_t* w, uvs__kent_t* e) {
   k->news |= UVS__KEYS_ROOM;
   if (e->full && e->queued <= w->key_max / 2) {
     e->full = 0;
-    if (w->key_space_cb != NULL && !e->owed &&
-        !(w->flags & UVS__WF_CLOSING)) {
+    if (w->key_space_cb != NULL && !e->owed && !(w->flags & UVS__WF_CLOSING)) {
       e->owed = 1;
       uvs__queue_push(&k->owed, &e->owed_node);
       k->news |= UVS__KEYS_OWED;

@@ -13,7 +13,7 @@
 #include <stdlib.h>
 
 enum {
-  UVS__SF_KICKED = 1,          /* the loop thread kicked since process() began */
+  UVS__SF_KICKED = 1, /* the loop thread kicked since process() began */
   UVS__SF_HANDLES_CLOSING = 2, /* uv_close() called on our handles */
   UVS__SF_TURNED = 4 /* a loop turn ran in this loop iteration (check_cb) */
 };
@@ -578,8 +578,7 @@ static void process(uvs_sched_t* s, int what) {
   /* One loop turn per loop iteration, whichever callback comes first (the
    * idle phase, or the async callback in the poll phase), so that timers
    * and I/O run between two turns (guarantee 7). */
-  if ((what & LOOP_TURN) && !(s->flags & UVS__SF_TURNED) &&
-      uvs__loop_turn(s)) {
+  if ((what & LOOP_TURN) && !(s->flags & UVS__SF_TURNED) && uvs__loop_turn(s)) {
     s->flags |= UVS__SF_TURNED;
     uv_check_start(&s->check, check_cb);
   }

@@ -571,8 +571,7 @@ int uvs_worker_metrics(const uvs_worker_t* worker, uvs_worker_metrics_t* out) {
   out->dropped = w->ndropped;
   out->expired = w->nexpired;
   /* Handed back for being full or stale count there, not here. */
-  out->cancelled =
-      w->ncancelled - w->ndropped - (w->nexpired - w->nskipped);
+  out->cancelled = w->ncancelled - w->ndropped - (w->nexpired - w->nskipped);
   out->rejected = load64(&w->nrejected);
   out->delayed = w->ndelayed;
   if (w->counting)
