@@ -113,8 +113,8 @@ typedef struct uvs_hist_s {
 typedef struct uvs_worker_metrics_s {
   uint64_t queued, queued_max, delayed, running; /* now, and high-water mark */
   uint64_t scheduled, ran, cancelled, rejected, dropped;
-  uvs_hist_t wait; /* ready (queued or due) -> run_cb starts; with metrics */
-  uvs_hist_t run;  /* run_cb duration; with metrics */
+  uvs_hist_t wait;  /* ready (queued or due) -> run_cb starts; with metrics */
+  uvs_hist_t run;   /* run_cb duration; with metrics */
   uint64_t expired; /* 0.3: tasks shed by max_wait_ms */
 } uvs_worker_metrics_t;
 

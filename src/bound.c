@@ -200,8 +200,7 @@ void uvs__space_check(uvs_worker_t* w, int locked) {
   s = w->sched;
   if (!locked)
     uv_mutex_lock(&s->lock);
-  if (owe && !(w->space_owed & UVS__OWE_SPACE) &&
-      !(w->flags & UVS__WF_CLOSING))
+  if (owe && !(w->space_owed & UVS__OWE_SPACE) && !(w->flags & UVS__WF_CLOSING))
     owe_cb(w, UVS__OWE_SPACE);
   if (w->nwaiters != 0 && uvs__queued_now(w) < w->max_pending)
     wake_one(w);

@@ -1244,8 +1244,7 @@ static void conn_arm(conn_t* conn) {
   if (d == NO_DEADLINE)
     return;
   if (conn->timer_armed) {
-    if (conn->timer_due != d &&
-        uvs_task_reschedule(&conn->timer, delay) == 0)
+    if (conn->timer_due != d && uvs_task_reschedule(&conn->timer, delay) == 0)
       conn->timer_due = now + delay;
     return;
   }

@@ -36,8 +36,8 @@ struct uvs__queue_s {
   unsigned width;                                                             \
   unsigned on_full;                                                           \
   size_t max_pending;                                                         \
-  size_t key_max; /* 0.3: key_max_pending */                                  \
-  uint32_t max_wait_us; /* 0.3: max_wait_ms in us; UINT32_MAX = never */      \
+  size_t key_max;           /* 0.3: key_max_pending */                        \
+  uint32_t max_wait_us;     /* 0.3: max_wait_ms in us; UINT32_MAX = never */  \
   struct uvs__keys_s* keys; /* width > 1: lanes and the key table */          \
   /* The fields each side writes per task or per batch are kept 64 bytes      \
    * apart from what the other side reads, so that they never share a cache   \
@@ -137,11 +137,11 @@ struct uvs__queue_s {
   unsigned inflight;   /* atomic: callers inside the API on this scheduler */ \
   unsigned handles;    /* libuv handles still open */                         \
   int keep_alive;                                                             \
-  struct uvs__runner_s* runners; /* cap of them, or 1024 at most */          \
-  struct uvs__runner_s* runner_free; /* those not posted */                  \
-  uint64_t runner_epoch; /* runs of runners so far */                         \
-  unsigned space_any;    /* atomic: a worker was listed on space */           \
-  unsigned cap; /* most drains at once: max_concurrency or the pool */        \
+  struct uvs__runner_s* runners;     /* cap of them, or 1024 at most */       \
+  struct uvs__runner_s* runner_free; /* those not posted */                   \
+  uint64_t runner_epoch;             /* runs of runners so far */             \
+  unsigned space_any; /* atomic: a worker was listed on space */              \
+  unsigned cap;       /* most drains at once: max_concurrency or the pool */  \
   int manual_clock;                                                           \
   uint64_t manual_now; /* atomic: ms, with manual_clock */
 
