@@ -242,7 +242,7 @@ struct server_s {
   uint64_t open;
   uint64_t rejecting;
   uint64_t rejected;      /* Answered 503 for --max-conns. */
-  uint64_t shed;          /* Closed at once: too many being rejected. */
+  uint64_t unanswered;    /* Closed at once: too many being rejected. */
   uint64_t accept_errors; /* EMFILE and the like. */
   uint64_t requests;
   uint64_t tasks;           /* Request tasks accepted by a worker. */
@@ -735,7 +735,7 @@ static void stats_format(server_t* s, char* body, size_t size) {
   snprintf(
       body, size,
       "{\"mode\":\"%s\",\"accepted\":%" PRIu64 ",\"open\":%" PRIu64
-      ",\"rejected\":%" PRIu64 ",\"shed\":%" PRIu64
+      ",\"rejected\":%" PRIu64 ",\"unanswered\":%" PRIu64
       ",\"accept_errors\":%" PRIu64 ",\"requests\":%" PRIu64
       ",\"tasks\":%" PRIu64 ",\"tasks_ran\":%" PRIu64
       ",\"tasks_cancelled\":%" PRIu64 ",\"tasks_inflight\":%" PRIu64
@@ -752,12 +752,12 @@ static void stats_format(server_t* s, char* body, size_t size) {
       s->mode == MODE_POOL   ? "pool"
       : s->mode == MODE_LOOP ? "loop"
                              : "inline",
-      s->accepted, s->open, s->rejected, s->shed, s->accept_errors, s->requests,
-      s->tasks, s->tasks_ran, s->tasks_cancelled, s->tasks_inflight,
-      s->responses, s->work_done, s->cancelled, s->dropped, s->errors,
-      s->stalls, s->write_blocks, s->half_closes, s->timeouts[DEADLINE_HEADER],
-      s->timeouts[DEADLINE_IDLE], s->timeouts[DEADLINE_WRITE],
-      s->timeouts[DEADLINE_LINGER],
+      s->accepted, s->open, s->rejected, s->unanswered, s->accept_errors,
+      s->requests, s->tasks, s->tasks_ran, s->tasks_cancelled,
+      s->tasks_inflight, s->responses, s->work_done, s->cancelled, s->dropped,
+      s->errors, s->stalls, s->write_blocks, s->half_closes,
+      s->timeouts[DEADLINE_HEADER], s->timeouts[DEADLINE_IDLE],
+      s->timeouts[DEADLINE_WRITE], s->timeouts[DEADLINE_LINGER],
       (uint64_t) atomic_load(&s->order_violations), s->answers_out_of_order,
       s->done_out_of_order, (uint64_t) atomic_load(&s->overlaps),
       (uint64_t) atomic_load(&s->wrong_thread), st.scheduled, st.ran,
@@ -1244,8 +1244,7 @@ static void conn_arm(conn_t* conn) {
   if (d == NO_DEADLINE)
     return;
   if (conn->timer_armed) {
-    if (conn->timer_due != d &&
-        uvs_task_reschedule(&conn->timer, delay) == 0)
+    if (conn->timer_due != d && uvs_task_reschedule(&conn->timer, delay) == 0)
       conn->timer_due = now + delay;
     return;
   }
@@ -1369,7 +1368,7 @@ static void shed(server_t* s, uv_stream_t* listener) {
     return;
   }
   uv_accept(listener, (uv_stream_t*) tcp);
-  s->shed++;
+  s->unanswered++;
   uv_close((uv_handle_t*) tcp, on_shed_closed);
 }
 
