@@ -31,7 +31,8 @@
  *
  * Limits, as any server on the Internet needs them: a connection cap
  * (answered "ERR full"), a line length cap (the read buffer is one line
- * long), an idle timeout, at most --max-inflight messages of a
+ * long), an idle timeout (not counted while the server itself holds the
+ * connection's reading back), at most --max-inflight messages of a
  * connection scheduled and not yet handed back (beyond that the server stops
  * reading it, uv_read_stop, until one is done), at most --room-queue
  * messages of a room queued and not started, and at most --max-outq bytes
@@ -419,6 +420,9 @@ static void on_read(uv_stream_t* stream, ssize_t nread, const uv_buf_t* buf) {
 }
 
 
+/* Backpressure: reads or not. While the server holds a connection's
+ * reading back, the client is not idle: its idle time starts again when
+ * reading does. */
 static void set_reading(conn_t* c, int on) {
   if (on == c->reading)
     return;
@@ -426,8 +430,11 @@ static void set_reading(conn_t* c, int on) {
     conn_close(c);
     return;
   }
-  if (!on) {
+  if (on) {
+    uv_timer_start(&c->idle, on_idle, c->server->idle_ms, 0);
+  } else {
     uv_read_stop((uv_stream_t*) &c->tcp);
+    uv_timer_stop(&c->idle);
     c->server->read_stops++;
   }
   c->reading = on;
@@ -801,8 +808,7 @@ static void on_connection(uv_stream_t* listener, int status) {
   c->counted = 1;
   s->open++;
   s->accepted++;
-  uv_timer_start(&c->idle, on_idle, s->idle_ms, 0);
-  set_reading(c, 1);
+  set_reading(c, 1); /* and the idle timer */
 }
 
 

@@ -21,6 +21,11 @@
           most 16 of room 1's messages (the worker's queued_max at most
           16 + 2), and every member of room 1 gets all 1800 messages, in
           order, none lost
+  room-stall
+          --room-queue 8, 500 ms per message, --idle-ms 1000: a sender of
+          10 messages waits 2 s for its room without being read, and is
+          not closed as idle meanwhile (it pings every 100 ms, read once
+          the room has space); once it stops pinging it is
 
   test_chat.py NAME --server BUILDDIR/examples/chat-rooms/chat-rooms
   test_chat.py rooms --rooms 16 --per-room 2 --messages 300 --server ...
@@ -428,8 +433,55 @@ def test_room_flood(binary, writers=6, per=300, room_queue=16):
     return 0
 
 
+def test_room_stall(binary, room_queue=8, n=10, work_ms=500, idle_ms=1000):
+    server = Server(binary, "--room-queue", str(room_queue), "--work-us",
+                    str(work_ms * 1000), "--idle-ms", str(idle_ms))
+    try:
+        c = Client(server.port)
+        c.join(1, "w")
+        t0 = time.monotonic()
+        # One runs, room_queue wait, the next is kept and the sender stops
+        # reading until the room falls to half: (room_queue / 2) runs.
+        c.send(b"".join(b"m w %d\n" % i for i in range(n)))
+        got = []
+        pongs = 0
+        c.sock.settimeout(0.1)
+        while len(got) < n and time.monotonic() - t0 < 30:
+            try:
+                line = c.line()
+            except socket.timeout:
+                c.send(b"PING\n")  # Not idle: but unread while it waits.
+                continue
+            check(line is not None and not line.startswith("ERR"),
+                  "closed while its room was full: %r after %.2f s" %
+                  (line, time.monotonic() - t0))
+            if line == "PONG":
+                pongs += 1
+            else:
+                got.append(line)
+        took = time.monotonic() - t0
+        check([g.split(" ", 5)[5] for g in got] ==
+              ["m w %d" % i for i in range(n)], "messages: %r" % got)
+        # Silent now: closed as idle, counted from when it read again.
+        c.sock.settimeout(TIMEOUT)
+        while True:
+            line = c.line()
+            if line != "PONG":
+                break
+        t_idle = time.monotonic() - t0
+        check(line == "ERR idle", "expected ERR idle, got %r" % line)
+        print("room-stall: %d messages of %d ms through --room-queue %d in "
+              "%.1f s with --idle-ms %d, %d PONGs; then idle after %.1f s" %
+              (n, work_ms, room_queue, took, idle_ms, pongs, t_idle))
+        c.close()
+    finally:
+        err = server.stop()
+    check(server_figure(err, "room_stalls") >= 1, "the room was never full")
+    return 0
+
+
 TESTS = {"rooms": test_rooms, "limits": test_limits, "slow": test_slow,
-         "room-flood": test_room_flood}
+         "room-flood": test_room_flood, "room-stall": test_room_stall}
 
 
 def main():
