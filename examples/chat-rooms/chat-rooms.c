@@ -3,7 +3,8 @@
  *
  *   chat-rooms [--host ADDR] [--port N] [--rooms N] [--max-conns N]
  *              [--max-line BYTES] [--idle-ms MS] [--max-inflight N]
- *              [--max-outq BYTES] [--sndbuf BYTES] [--work-us US]
+ *              [--room-queue N] [--max-outq BYTES] [--sndbuf BYTES]
+ *              [--work-us US]
  *
  * Protocol, one line at a time (LF or CRLF):
  *   client  JOIN <room> <nick>   first line; room 1..--rooms, nick 1..16 of
@@ -17,7 +18,7 @@
  *                                hex digits) over the texts so far
  *   server  ERR <why>            then the server closes the connection: full
  *                                (connection cap), line too long, idle (no
- *                                input for --idle-ms), expected JOIN..., busy
+ *                                input for --idle-ms), expected JOIN...
  *
  * Every message is a task on one UVS_POOL worker made with width = 4 and
  * keyed by its room (uvs_task_set_key): the tasks of one room never overlap
@@ -30,12 +31,23 @@
  *
  * Limits, as any server on the Internet needs them: a connection cap
  * (answered "ERR full"), a line length cap (the read buffer is one line
- * long), an idle timeout, at most --max-inflight messages of a connection
- * scheduled and not yet handed back (beyond that the server stops reading
- * it, uv_read_stop, until one is done), and at most --max-outq bytes waiting
- * to be written to a connection (a member that does not read is dropped,
- * so that it can't hold the room's memory). The worker itself is bounded
- * (max_pending = max-conns x max-inflight, never reached by construction).
+ * long), an idle timeout (not counted while the server itself holds the
+ * connection's reading back), at most --max-inflight messages of a
+ * connection scheduled and not yet handed back (beyond that the server stops
+ * reading it, uv_read_stop, until one is done), at most --room-queue
+ * messages of a room queued and not started, and at most --max-outq bytes
+ * waiting to be written to a connection (a member that does not read is
+ * dropped, so that it can't hold the room's memory).
+ *
+ * The room bound is the worker's per-key bound (key_max_pending): a
+ * schedule onto a full room answers UV_EAGAIN, and the sender keeps that
+ * message and stops reading, alone; other rooms, and the room's members
+ * that do not send, go on. When the room's queue falls to half,
+ * key_space_cb(worker, room) schedules the kept messages, in the order
+ * their senders stopped, and those read again. So a room's memory is
+ * bounded however many clients flood it, and nothing is dropped. The
+ * worker as a whole is bounded too (max_pending = max-conns x max-inflight,
+ * never reached by construction: a UV_EAGAIN is a full room).
  *
  * On SIGINT or SIGTERM it closes everything, prints its counters and the
  * worker's metrics to stderr, and exits 0 only if every check held (no two
@@ -66,6 +78,8 @@ typedef struct room_s room_t;
 struct room_s {
   uint64_t id;
   conn_t* members;    /* loop thread */
+  conn_t* waiting;    /* loop thread: senders stopped by the full room, */
+  conn_t* wait_tail;  /* in the order they stopped */
   uint64_t delivered; /* loop thread: the last seq written out */
   /* Only this room's tasks touch these, and they never overlap. */
   uint64_t seq;
@@ -107,6 +121,9 @@ struct conn_s {
   room_t* room;  /* NULL until JOIN */
   conn_t* rnext; /* the room's members */
   conn_t* rprev;
+  msg_t* kept;   /* refused by the full room: the next to schedule */
+  conn_t* wnext; /* the room's waiting senders, while kept != NULL */
+  conn_t* wprev;
   char nick[MAX_NICK + 1];
   unsigned refs; /* handles open, messages in flight */
   unsigned inflight;
@@ -135,6 +152,7 @@ struct server_s {
   size_t max_line;
   uint64_t idle_ms;
   unsigned max_inflight;
+  size_t room_queue;
   size_t max_outq;
   int sndbuf;
   unsigned work_us;
@@ -149,6 +167,8 @@ struct server_s {
   uint64_t errors;
   uint64_t slow_dropped;
   uint64_t read_stops;
+  uint64_t room_stalls; /* a sender stopped by its full room */
+  uint64_t room_wakes;  /* key_space_cb calls */
   uint64_t live_conns;
   uint64_t live_msgs;
   uint64_t order_violations;
@@ -196,6 +216,7 @@ static void wbuf_unref(wbuf_t* b) {
 
 static void conn_parse(conn_t* c);
 static void conn_close(conn_t* c);
+static void conn_drop_kept(conn_t* c);
 static void on_linger(uv_timer_t* t);
 static void on_alloc(uv_handle_t* h, size_t suggested, uv_buf_t* buf);
 static void on_read(uv_stream_t* stream, ssize_t nread, const uv_buf_t* buf);
@@ -315,6 +336,7 @@ static void conn_fail(conn_t* c, const char* why) {
     return;
   c->failing = 1;
   c->server->errors++;
+  conn_drop_kept(c);
   if (c->reading) {
     uv_read_stop((uv_stream_t*) &c->tcp);
     c->reading = 0;
@@ -347,6 +369,7 @@ static void conn_close(conn_t* c) {
   if (c->closing)
     return;
   c->closing = 1;
+  conn_drop_kept(c);
   room_leave(c);
   if (c->prev != NULL)
     c->prev->next = c->next;
@@ -397,6 +420,9 @@ static void on_read(uv_stream_t* stream, ssize_t nread, const uv_buf_t* buf) {
 }
 
 
+/* Backpressure: reads or not. While the server holds a connection's
+ * reading back, the client is not idle: its idle time starts again when
+ * reading does. */
 static void set_reading(conn_t* c, int on) {
   if (on == c->reading)
     return;
@@ -404,11 +430,73 @@ static void set_reading(conn_t* c, int on) {
     conn_close(c);
     return;
   }
-  if (!on) {
+  if (on) {
+    uv_timer_start(&c->idle, on_idle, c->server->idle_ms, 0);
+  } else {
     uv_read_stop((uv_stream_t*) &c->tcp);
+    uv_timer_stop(&c->idle);
     c->server->read_stops++;
   }
   c->reading = on;
+}
+
+
+/* The room refused m, the connection's next message (UV_EAGAIN: the room
+ * has key_max_pending messages queued). Keep it and stop reading: the
+ * lines read after it wait in the buffer, and the room's key_space_cb
+ * schedules it. */
+static void room_park(conn_t* c, msg_t* m) {
+  room_t* r = m->room;
+
+  c->kept = m;
+  c->wnext = NULL;
+  c->wprev = r->wait_tail;
+  if (r->wait_tail != NULL)
+    r->wait_tail->wnext = c;
+  else
+    r->waiting = c;
+  r->wait_tail = c;
+  c->server->room_stalls++;
+  set_reading(c, 0);
+}
+
+
+/* Takes c off its room's waiting list; returns the message it kept. */
+static msg_t* room_unpark(conn_t* c) {
+  msg_t* m = c->kept;
+  room_t* r;
+
+  if (m == NULL)
+    return NULL;
+  r = m->room;
+  if (c->wprev != NULL)
+    c->wprev->wnext = c->wnext;
+  else
+    r->waiting = c->wnext;
+  if (c->wnext != NULL)
+    c->wnext->wprev = c->wprev;
+  else
+    r->wait_tail = c->wprev;
+  c->kept = NULL;
+  c->wnext = NULL;
+  c->wprev = NULL;
+  return m;
+}
+
+
+static void msg_free(msg_t* m) {
+  m->from->server->live_msgs--;
+  free(m);
+}
+
+
+/* A connection that fails or closes drops the message it kept: it was
+ * never accepted, and no one will read the answer. */
+static void conn_drop_kept(conn_t* c) {
+  msg_t* m = room_unpark(c);
+
+  if (m != NULL)
+    msg_free(m);
 }
 
 
@@ -429,6 +517,22 @@ static void spin_us(unsigned us) {
 
   while (uv_hrtime() < end)
     ;
+}
+
+
+/* Hands m to the worker: UV_EAGAIN if its room is full. Once accepted, m
+ * is in flight until msg_done(), and holds its sender's memory. */
+static int msg_schedule(conn_t* c, msg_t* m) {
+  server_t* s = c->server;
+  int rc;
+
+  rc = uvs_schedule(&s->worker, &m->task);
+  if (rc != 0)
+    return rc;
+  s->messages++;
+  c->inflight++;
+  c->refs++;
+  return 0;
 }
 
 
@@ -513,16 +617,16 @@ static void send_msg(conn_t* c, const char* text, size_t len) {
   m->len = len;
   memcpy(m->text, text, len);
   m->text[len] = '\0';
-  rc = uvs_schedule(&s->worker, &m->task);
-  if (rc != 0) {
-    free(m);
-    conn_fail(c, rc == UV_EAGAIN ? "busy" : "shutting down");
+  s->live_msgs++;
+  rc = msg_schedule(c, m);
+  if (rc == UV_EAGAIN) {
+    room_park(c, m); /* the room is full: on_room_space() goes on */
     return;
   }
-  s->messages++;
-  s->live_msgs++;
-  c->inflight++;
-  c->refs++;
+  if (rc != 0) {
+    msg_free(m);
+    conn_fail(c, "shutting down");
+  }
 }
 
 
@@ -538,6 +642,49 @@ static int valid_nick(const char* p, size_t n) {
       return 0;
   }
   return 1;
+}
+
+
+/* key_space_cb, on the loop thread: room `key` was found full and its
+ * queue has fallen to half. Its waiting senders schedule the messages they
+ * kept, in the order they stopped, and only then read on, so that each of
+ * them gets one in before any floods the room again. One that finds the
+ * room full again waits for the next call (the refusal owes another). */
+static void on_room_space(uvs_worker_t* worker, uint64_t key) {
+  server_t* s = worker->data;
+  room_t* r = &s->rooms[key - 1];
+  conn_t* waiting = r->waiting;
+  conn_t* resumed = NULL;
+  conn_t** tail = &resumed;
+  conn_t* c;
+  msg_t* m;
+  int rc;
+
+  s->room_wakes++;
+  r->waiting = NULL;
+  r->wait_tail = NULL;
+  for (c = waiting; c != NULL; c = waiting) {
+    waiting = c->wnext;
+    m = c->kept;
+    c->kept = NULL;
+    c->wnext = NULL;
+    c->wprev = NULL;
+    rc = msg_schedule(c, m);
+    if (rc == UV_EAGAIN) {
+      room_park(c, m);
+    } else if (rc != 0) {
+      msg_free(m);
+      conn_fail(c, "shutting down");
+    } else {
+      *tail = c;
+      tail = &c->wnext;
+    }
+  }
+  for (c = resumed; c != NULL; c = resumed) {
+    resumed = c->wnext;
+    c->wnext = NULL;
+    conn_parse(c); /* the lines behind the kept one, then reads */
+  }
 }
 
 
@@ -589,13 +736,15 @@ static void handle_line(conn_t* c, char* line, size_t len) {
 
 
 /* Takes whole lines out of the read buffer while the connection may have
- * more messages in flight; reads only while it may. */
+ * more messages in flight and its room took the last one; reads only while
+ * both hold. */
 static void conn_parse(conn_t* c) {
   server_t* s = c->server;
   size_t pos = 0;
   char* nl;
 
-  while (!c->closing && !c->failing && c->inflight < s->max_inflight) {
+  while (!c->closing && !c->failing && c->kept == NULL &&
+         c->inflight < s->max_inflight) {
     nl = memchr(c->rbuf + pos, '\n', c->rlen - pos);
     if (nl == NULL)
       break;
@@ -607,7 +756,7 @@ static void conn_parse(conn_t* c) {
     return;
   memmove(c->rbuf, c->rbuf + pos, c->rlen - pos);
   c->rlen -= pos;
-  if (c->inflight >= s->max_inflight) {
+  if (c->kept != NULL || c->inflight >= s->max_inflight) {
     set_reading(c, 0);
     return;
   }
@@ -659,8 +808,7 @@ static void on_connection(uv_stream_t* listener, int status) {
   c->counted = 1;
   s->open++;
   s->accepted++;
-  uv_timer_start(&c->idle, on_idle, s->idle_ms, 0);
-  set_reading(c, 1);
+  set_reading(c, 1); /* and the idle timer */
 }
 
 
@@ -719,8 +867,16 @@ static void usage(FILE* f) {
       f,
       "usage: chat-rooms [--host ADDR] [--port N] [--rooms N]\n"
       "                  [--max-conns N] [--max-line BYTES] [--idle-ms MS]\n"
-      "                  [--max-inflight N] [--max-outq BYTES]\n"
-      "                  [--sndbuf BYTES] [--work-us US]\n");
+      "                  [--max-inflight N] [--room-queue N]\n"
+      "                  [--max-outq BYTES] [--sndbuf BYTES] [--work-us US]\n"
+      "  --max-inflight N  messages of one connection in flight before it "
+      "stops\n"
+      "                    reading (default 32)\n"
+      "  --room-queue N    messages of one room queued and not started; a "
+      "sender\n"
+      "                    that meets a full room stops reading until it "
+      "falls\n"
+      "                    to N/2, other rooms go on (default 64)\n");
 }
 
 
@@ -756,6 +912,7 @@ int main(int argc, char** argv) {
   s->max_line = 1024;
   s->idle_ms = 60000;
   s->max_inflight = 32;
+  s->room_queue = 64;
   s->max_outq = 1 << 20;
   for (i = 1; i < (unsigned) argc; i++) {
     const char* v = i + 1 < (unsigned) argc ? argv[i + 1] : NULL;
@@ -777,6 +934,8 @@ int main(int argc, char** argv) {
       s->idle_ms = num_arg("idle-ms", v, 1, 86400000);
     else if (strcmp(argv[i], "--max-inflight") == 0)
       s->max_inflight = (unsigned) num_arg("max-inflight", v, 1, 100000);
+    else if (strcmp(argv[i], "--room-queue") == 0)
+      s->room_queue = num_arg("room-queue", v, 1, 1000000);
     else if (strcmp(argv[i], "--max-outq") == 0)
       s->max_outq = num_arg("max-outq", v, 1024, 1ul << 30);
     else if (strcmp(argv[i], "--sndbuf") == 0)
@@ -814,9 +973,13 @@ int main(int argc, char** argv) {
   wo.max_pending = (size_t) s->max_conns * s->max_inflight;
   wo.on_full = UVS_FULL_REJECT;
   wo.metrics = 1;
+  /* Backpressure per room: a full room refuses, alone (UV_EAGAIN). */
+  wo.key_max_pending = s->room_queue;
+  wo.key_space_cb = on_room_space;
   rc = uvs_worker_init_ex(&s->sched, &s->worker, UVS_POOL, &wo);
   if (rc != 0)
     fail("uvs_worker_init_ex", rc);
+  s->worker.data = s;
 
   rc = uv_ip4_addr(host, (int) port, (struct sockaddr_in*) &addr);
   if (rc != 0)
@@ -856,15 +1019,16 @@ int main(int argc, char** argv) {
           "chat-rooms: accepted=%" PRIu64 " refused=%" PRIu64
           " messages=%" PRIu64 " delivered=%" PRIu64 " lines_out=%" PRIu64
           " cancelled=%" PRIu64 " errors=%" PRIu64 " slow_dropped=%" PRIu64
-          " read_stops=%" PRIu64
+          " read_stops=%" PRIu64 " room_stalls=%" PRIu64 " room_wakes=%" PRIu64
           " max_parallel=%u\n"
           "chat-rooms: overlaps=%" PRIu64 " order_violations=%" PRIu64
           " live_conns=%" PRIu64 " live_msgs=%" PRIu64 " loop_close=%s: %s\n",
           s->accepted, s->refused, s->messages, s->delivered, s->lines_out,
           s->cancelled, s->errors, s->slow_dropped, s->read_stops,
-          atomic_load(&s->max_running), (uint64_t) atomic_load(&s->overlaps),
-          s->order_violations, s->live_conns, s->live_msgs,
-          rc == 0 ? "ok" : uv_err_name(rc), ok ? "ok" : "FAILED");
+          s->room_stalls, s->room_wakes, atomic_load(&s->max_running),
+          (uint64_t) atomic_load(&s->overlaps), s->order_violations,
+          s->live_conns, s->live_msgs, rc == 0 ? "ok" : uv_err_name(rc),
+          ok ? "ok" : "FAILED");
   free(s->rooms);
   return ok ? 0 : 1;
 }

@@ -12,6 +12,20 @@
           and is closed, and the server goes on serving
   slow    a member that never reads is dropped when its output queue passes
           --max-outq; the room's other members get every message
+  room-flood
+          --room-queue 16: 6 clients flood room 1 with 300 messages each at
+          once (32 in flight each: up to 192 queued without the bound)
+          while 2 clients in room 2 trade messages one at a time: every
+          room-2 message reaches both within QUIET_BOUND_S, the server
+          stops the room-1 senders (room_stalls, room_wakes) and queues at
+          most 16 of room 1's messages (the worker's queued_max at most
+          16 + 2), and every member of room 1 gets all 1800 messages, in
+          order, none lost
+  room-stall
+          --room-queue 8, 500 ms per message, --idle-ms 1000: a sender of
+          10 messages waits 2 s for its room without being read, and is
+          not closed as idle meanwhile (it pings every 100 ms, read once
+          the room has space); once it stops pinging it is
 
   test_chat.py NAME --server BUILDDIR/examples/chat-rooms/chat-rooms
   test_chat.py rooms --rooms 16 --per-room 2 --messages 300 --server ...
@@ -35,6 +49,7 @@ FNV_OFFSET = 0xcbf29ce484222325
 FNV_PRIME = 0x100000001b3
 MASK = (1 << 64) - 1
 TIMEOUT = 20  # seconds for any one socket operation
+QUIET_BOUND_S = 1.0  # room-flood: a message of another room, sent to seen
 
 
 class Failure(Exception):
@@ -323,7 +338,150 @@ def test_slow(binary):
     return 0
 
 
-TESTS = {"rooms": test_rooms, "limits": test_limits, "slow": test_slow}
+def reader(c, want, log, errors, nick):
+    """Reads want lines of c into log (a thread)."""
+    def run():
+        try:
+            for _ in range(want):
+                line = c.line()
+                if line is None:
+                    errors.append("%s: EOF after %d lines" % (nick, len(log)))
+                    return
+                log.append(line)
+        except Exception as e:  # noqa: BLE001
+            errors.append("%s: %s" % (nick, e))
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t
+
+
+def server_figure(err, name):
+    m = re.search(r"\b%s=(\d+)" % name, err)
+    check(m is not None, "no %s in the server's report" % name)
+    return int(m.group(1))
+
+
+def test_room_flood(binary, writers=6, per=300, room_queue=16):
+    server = Server(binary, "--rooms", "4", "--room-queue", str(room_queue),
+                    "--work-us", "300")
+    try:
+        flood = {}
+        for k in range(writers):
+            nick = "f%d" % k
+            c = Client(server.port)
+            c.join(1, nick)
+            flood[nick] = c
+        q0 = Client(server.port)
+        q0.join(2, "q0")
+        q1 = Client(server.port)
+        q1.join(2, "q1")
+
+        want = writers * per
+        logs = {nick: [] for nick in flood}
+        errors = []
+        readers = [reader(c, want, logs[nick], errors, nick)
+                   for nick, c in flood.items()]
+        # Each writer sends all its messages at once: the server reads them
+        # as fast as the room lets it.
+        for nick, c in flood.items():
+            c.send(b"".join(("m %s %d\n" % (nick, i)).encode()
+                            for i in range(per)))
+
+        # Meanwhile room 2, one message at a time, until room 1 is through.
+        quiet = {"q0": [], "q1": []}
+        lat = []
+        i = 0
+        while any(t.is_alive() for t in readers) and i < 5000:
+            t0 = time.monotonic()
+            q0.send(("m q0 %d\n" % i).encode())
+            for nick, c in (("q0", q0), ("q1", q1)):
+                line = c.line()
+                check(line is not None, "%s closed" % nick)
+                quiet[nick].append(line)
+            lat.append(time.monotonic() - t0)
+            i += 1
+        for t in readers:
+            t.join(TIMEOUT * 3)
+            check(not t.is_alive(), "a room-1 reader hung")
+        check(not errors, "; ".join(errors))
+        check(len(lat) > 0, "room 2 sent nothing during the flood")
+        check_room(1, logs, list(flood), per)
+        check_room(2, quiet, ["q0"], len(lat))
+        worst = max(lat)
+        print("room-flood: %d x %d messages into room 1 (--room-queue %d), "
+              "all in order; room 2: %d messages meanwhile, worst %.1f ms, "
+              "median %.1f ms" %
+              (writers, per, room_queue, len(lat), worst * 1e3,
+               sorted(lat)[len(lat) // 2] * 1e3))
+        check(worst < QUIET_BOUND_S, "room 2 waited %.2f s" % worst)
+        for c in list(flood.values()) + [q0, q1]:
+            c.close()
+    finally:
+        err = server.stop()
+    stalls = server_figure(err, "room_stalls")
+    wakes = server_figure(err, "room_wakes")
+    queued_max = server_figure(err, "queued_max")
+    print("room-flood: room_stalls=%d room_wakes=%d queued_max=%d" %
+          (stalls, wakes, queued_max))
+    check(stalls > 0 and wakes > 0, "room 1 was never full")
+    # The worker's queued count is room 1's (at most --room-queue), the
+    # room-1 task a lane has taken and not started yet (the room's count
+    # lets it go when it is taken, the worker's when it starts) and room
+    # 2's one message.
+    check(queued_max <= room_queue + 2,
+          "queued_max %d over --room-queue %d" % (queued_max, room_queue))
+    return 0
+
+
+def test_room_stall(binary, room_queue=8, n=10, work_ms=500, idle_ms=1000):
+    server = Server(binary, "--room-queue", str(room_queue), "--work-us",
+                    str(work_ms * 1000), "--idle-ms", str(idle_ms))
+    try:
+        c = Client(server.port)
+        c.join(1, "w")
+        t0 = time.monotonic()
+        # One runs, room_queue wait, the next is kept and the sender stops
+        # reading until the room falls to half: (room_queue / 2) runs.
+        c.send(b"".join(b"m w %d\n" % i for i in range(n)))
+        got = []
+        pongs = 0
+        c.sock.settimeout(0.1)
+        while len(got) < n and time.monotonic() - t0 < 30:
+            try:
+                line = c.line()
+            except socket.timeout:
+                c.send(b"PING\n")  # Not idle: but unread while it waits.
+                continue
+            check(line is not None and not line.startswith("ERR"),
+                  "closed while its room was full: %r after %.2f s" %
+                  (line, time.monotonic() - t0))
+            if line == "PONG":
+                pongs += 1
+            else:
+                got.append(line)
+        took = time.monotonic() - t0
+        check([g.split(" ", 5)[5] for g in got] ==
+              ["m w %d" % i for i in range(n)], "messages: %r" % got)
+        # Silent now: closed as idle, counted from when it read again.
+        c.sock.settimeout(TIMEOUT)
+        while True:
+            line = c.line()
+            if line != "PONG":
+                break
+        t_idle = time.monotonic() - t0
+        check(line == "ERR idle", "expected ERR idle, got %r" % line)
+        print("room-stall: %d messages of %d ms through --room-queue %d in "
+              "%.1f s with --idle-ms %d, %d PONGs; then idle after %.1f s" %
+              (n, work_ms, room_queue, took, idle_ms, pongs, t_idle))
+        c.close()
+    finally:
+        err = server.stop()
+    check(server_figure(err, "room_stalls") >= 1, "the room was never full")
+    return 0
+
+
+TESTS = {"rooms": test_rooms, "limits": test_limits, "slow": test_slow,
+         "room-flood": test_room_flood, "room-stall": test_room_stall}
 
 
 def main():

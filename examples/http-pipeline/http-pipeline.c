@@ -38,7 +38,12 @@
  * arrive whole within --header-timeout of its first byte, a kept-alive
  * connection may idle for --idle-timeout, and a write may make no progress
  * for at most --write-timeout; beyond --max-conns a connection gets a 503
- * and is closed; n is at most --max-rounds.
+ * and is closed; n is at most --max-rounds. With --max-wait, a task that
+ * waited longer than that on its worker is shed (max_wait_ms): uvsched
+ * hands it back with UV_ETIMEDOUT in its place among the runs, and its
+ * /work is answered 503 with Retry-After there, in request order, without
+ * closing the connection; the server serves fresh work instead of work its
+ * client has likely given up on.
  *
  * Closing: on a read error, a timeout or a write error the connection closes
  * its worker with UVS_CANCEL, so its queued work is handed back with
@@ -116,6 +121,7 @@ typedef struct limits_s {
   uint64_t write_timeout;  /* ms, a write that makes no progress. */
   uint64_t linger;         /* ms, waiting for EOF after our half-close. */
   uint64_t max_rounds;     /* n= of /work. */
+  uint64_t max_wait;       /* ms a task may wait on its worker; 0 = off. */
   uint64_t max_url;        /* Bytes of a request target. */
   uint64_t max_head;       /* Bytes of a request target plus header fields. */
   uint64_t max_body;       /* Bytes of a body (read and ignored). */
@@ -242,16 +248,18 @@ struct server_s {
   uint64_t open;
   uint64_t rejecting;
   uint64_t rejected;      /* Answered 503 for --max-conns. */
-  uint64_t shed;          /* Closed at once: too many being rejected. */
+  uint64_t unanswered;    /* Closed at once: too many being rejected. */
   uint64_t accept_errors; /* EMFILE and the like. */
   uint64_t requests;
   uint64_t tasks;           /* Request tasks accepted by a worker. */
   uint64_t tasks_ran;       /* ... handed back with 0. */
   uint64_t tasks_cancelled; /* ... handed back with UV_ECANCELED. */
+  uint64_t tasks_shed;      /* ... handed back with UV_ETIMEDOUT. */
   uint64_t tasks_inflight;
   uint64_t responses;
   uint64_t work_done;
   uint64_t cancelled;
+  uint64_t shed;         /* /work answered 503: waited over --max-wait. */
   uint64_t dropped;      /* Ran, but the connection was gone: not written. */
   uint64_t errors;       /* 4xx and 5xx answers. */
   uint64_t stalls;       /* A full worker stopped a connection's reading. */
@@ -568,7 +576,10 @@ static void work_run(uvs_task_t* task) {
 
   if (atomic_exchange(&conn->busy, 1))
     atomic_fetch_add(&s->overlaps, 1);
-  if (req->tseq != conn->next_run)
+  /* With --max-wait, the tasks shed before this one never ran: the runs
+   * only go forward (work_done() checks that none is lost). */
+  if (req->tseq < conn->next_run ||
+      (req->tseq != conn->next_run && s->lim.max_wait == 0))
     atomic_fetch_add(&s->order_violations, 1);
   conn->next_run = req->tseq + 1;
   if (on_loop != (conn->worker.where == UVS_LOOP))
@@ -591,18 +602,23 @@ static void work_done(uvs_task_t* task, int status) {
   s->tasks_inflight--;
   if (status == 0)
     s->tasks_ran++;
+  else if (status == UV_ETIMEDOUT)
+    s->tasks_shed++;
   else
     s->tasks_cancelled++;
   if (req->kind == ANS_WORK) {
     if (status == 0)
       s->work_done++;
+    else if (status == UV_ETIMEDOUT)
+      s->shed++;
     else
       s->cancelled++;
   }
   /* SPEC guarantee 3: done_cb(task, 0) calls of one worker come in run
-   * order. Only a close hands tasks back with UV_ECANCELED, and those are
-   * not ordered against the others. */
-  if (status == 0) {
+   * order, and a task shed by max_wait_ms (UV_ETIMEDOUT) comes back in its
+   * place among them. Only a close hands tasks back with UV_ECANCELED, and
+   * those are not ordered against the others. */
+  if (status == 0 || status == UV_ETIMEDOUT) {
     if (req->tseq < conn->next_done ||
         (req->tseq != conn->next_done && !conn->closing))
       s->done_out_of_order++;
@@ -616,7 +632,14 @@ static void work_done(uvs_task_t* task, int status) {
     request_free(req);
     return;
   }
-  if (status != 0) {
+  if (status == UV_ETIMEDOUT) {
+    /* Shed: it waited on the worker longer than --max-wait, and its client
+     * has likely given up. A 503 in its place keeps the connection and the
+     * order of the answers. An answer that needs no work is still right:
+     * its task only kept its place. */
+    if (req->kind == ANS_WORK)
+      request_set(req, 503, "overloaded: the work waited too long\n");
+  } else if (status != 0) {
     /* Only a close cancels: the connection must be closing. */
     request_free(req);
     conn_close(conn);
@@ -735,29 +758,30 @@ static void stats_format(server_t* s, char* body, size_t size) {
   snprintf(
       body, size,
       "{\"mode\":\"%s\",\"accepted\":%" PRIu64 ",\"open\":%" PRIu64
-      ",\"rejected\":%" PRIu64 ",\"shed\":%" PRIu64
+      ",\"rejected\":%" PRIu64 ",\"unanswered\":%" PRIu64
       ",\"accept_errors\":%" PRIu64 ",\"requests\":%" PRIu64
       ",\"tasks\":%" PRIu64 ",\"tasks_ran\":%" PRIu64
-      ",\"tasks_cancelled\":%" PRIu64 ",\"tasks_inflight\":%" PRIu64
-      ",\"responses\":%" PRIu64 ",\"work_done\":%" PRIu64
-      ",\"cancelled\":%" PRIu64 ",\"dropped\":%" PRIu64 ",\"errors\":%" PRIu64
-      ",\"stalls\":%" PRIu64 ",\"write_blocks\":%" PRIu64
-      ",\"half_closes\":%" PRIu64 ",\"header_timeouts\":%" PRIu64
-      ",\"idle_timeouts\":%" PRIu64 ",\"write_timeouts\":%" PRIu64
-      ",\"linger_timeouts\":%" PRIu64 ",\"order_violations\":%" PRIu64
-      ",\"answers_out_of_order\":%" PRIu64 ",\"done_out_of_order\":%" PRIu64
-      ",\"overlaps\":%" PRIu64 ",\"wrong_thread\":%" PRIu64
-      ",\"uvs_scheduled\":%" PRIu64 ",\"uvs_ran\":%" PRIu64
-      ",\"uvs_cancelled\":%" PRIu64 ",\"uvs_pending\":%" PRIu64 "}\n",
+      ",\"tasks_cancelled\":%" PRIu64 ",\"tasks_shed\":%" PRIu64
+      ",\"tasks_inflight\":%" PRIu64 ",\"responses\":%" PRIu64
+      ",\"work_done\":%" PRIu64 ",\"cancelled\":%" PRIu64 ",\"shed\":%" PRIu64
+      ",\"dropped\":%" PRIu64 ",\"errors\":%" PRIu64 ",\"stalls\":%" PRIu64
+      ",\"write_blocks\":%" PRIu64 ",\"half_closes\":%" PRIu64
+      ",\"header_timeouts\":%" PRIu64 ",\"idle_timeouts\":%" PRIu64
+      ",\"write_timeouts\":%" PRIu64 ",\"linger_timeouts\":%" PRIu64
+      ",\"order_violations\":%" PRIu64 ",\"answers_out_of_order\":%" PRIu64
+      ",\"done_out_of_order\":%" PRIu64 ",\"overlaps\":%" PRIu64
+      ",\"wrong_thread\":%" PRIu64 ",\"uvs_scheduled\":%" PRIu64
+      ",\"uvs_ran\":%" PRIu64 ",\"uvs_cancelled\":%" PRIu64
+      ",\"uvs_pending\":%" PRIu64 "}\n",
       s->mode == MODE_POOL   ? "pool"
       : s->mode == MODE_LOOP ? "loop"
                              : "inline",
-      s->accepted, s->open, s->rejected, s->shed, s->accept_errors, s->requests,
-      s->tasks, s->tasks_ran, s->tasks_cancelled, s->tasks_inflight,
-      s->responses, s->work_done, s->cancelled, s->dropped, s->errors,
-      s->stalls, s->write_blocks, s->half_closes, s->timeouts[DEADLINE_HEADER],
-      s->timeouts[DEADLINE_IDLE], s->timeouts[DEADLINE_WRITE],
-      s->timeouts[DEADLINE_LINGER],
+      s->accepted, s->open, s->rejected, s->unanswered, s->accept_errors,
+      s->requests, s->tasks, s->tasks_ran, s->tasks_cancelled, s->tasks_shed,
+      s->tasks_inflight, s->responses, s->work_done, s->cancelled, s->shed,
+      s->dropped, s->errors, s->stalls, s->write_blocks, s->half_closes,
+      s->timeouts[DEADLINE_HEADER], s->timeouts[DEADLINE_IDLE],
+      s->timeouts[DEADLINE_WRITE], s->timeouts[DEADLINE_LINGER],
       (uint64_t) atomic_load(&s->order_violations), s->answers_out_of_order,
       s->done_out_of_order, (uint64_t) atomic_load(&s->overlaps),
       (uint64_t) atomic_load(&s->wrong_thread), st.scheduled, st.ran,
@@ -1368,7 +1392,7 @@ static void shed(server_t* s, uv_stream_t* listener) {
     return;
   }
   uv_accept(listener, (uv_stream_t*) tcp);
-  s->shed++;
+  s->unanswered++;
   uv_close((uv_handle_t*) tcp, on_shed_closed);
 }
 
@@ -1422,6 +1446,7 @@ static void on_connection(uv_stream_t* listener, int status) {
     wopts.on_full = UVS_FULL_REJECT;
     wopts.low_water = lim->max_inflight / 2;
     wopts.space_cb = on_space;
+    wopts.max_wait_ms = lim->max_wait;
     rc = uvs_worker_init_ex(&s->sched, &conn->worker,
                             s->mode == MODE_POOL ? UVS_POOL : UVS_LOOP, &wopts);
     if (rc == 0) {
@@ -1550,6 +1575,21 @@ static void usage(FILE* f, const limits_t* d) {
       "  --max-rounds N        most n= of /work; more is a 400 (default "
       "%" PRIu64
       ")\n"
+      "  --max-wait MS         a task that waited more than MS on its "
+      "connection's\n"
+      "                        worker is shed: /work gets a 503 with "
+      "Retry-After, in\n"
+      "                        its place, and the connection goes on. 0 = "
+      "off, the\n"
+      "                        default: the wait includes the "
+      "connection's own\n"
+      "                        earlier requests, so a client pipelining "
+      "a few\n"
+      "                        max-cost /work would be shed even on an "
+      "idle server.\n"
+      "                        Set it to about the clients' timeout "
+      "(default %" PRIu64
+      ")\n"
       "  --max-url N           bytes of a request target; more is a 414 "
       "(default %" PRIu64
       ")\n"
@@ -1571,8 +1611,8 @@ static void usage(FILE* f, const limits_t* d) {
       "SIGINT or SIGTERM and exits 0 only if every check held.\n",
       d->max_conns, d->max_rejecting, d->max_inflight, d->max_out_bytes,
       d->sndbuf, d->header_timeout, d->idle_timeout, d->write_timeout,
-      d->linger, d->max_rounds, d->max_url, d->max_head, d->max_body,
-      d->budget);
+      d->linger, d->max_rounds, d->max_wait, d->max_url, d->max_head,
+      d->max_body, d->budget);
 }
 
 
@@ -1586,6 +1626,7 @@ static const limits_t default_limits = {
     .write_timeout = 10000,
     .linger = 2000,
     .max_rounds = 1000000,
+    .max_wait = 0, /* Off: see usage(). */
     .max_url = 2048,
     .max_head = 8192,
     .max_body = 8192,
@@ -1662,6 +1703,7 @@ int main(int argc, char** argv) {
       {"--write-timeout", offsetof(limits_t, write_timeout), 1, 86400000},
       {"--linger", offsetof(limits_t, linger), 1, 86400000},
       {"--max-rounds", offsetof(limits_t, max_rounds), 0, 100000000},
+      {"--max-wait", offsetof(limits_t, max_wait), 0, 1000000},
       {"--max-url", offsetof(limits_t, max_url), 16, 1 << 20},
       {"--max-head", offsetof(limits_t, max_head), 64, 1 << 20},
       {"--max-body", offsetof(limits_t, max_body), 0, 1 << 30},
@@ -1825,14 +1867,14 @@ int main(int argc, char** argv) {
   fprintf(stderr,
           "http-pipeline: accepted=%" PRIu64 " rejected=%" PRIu64
           " requests=%" PRIu64 " responses=%" PRIu64 " work_done=%" PRIu64
-          " cancelled=%" PRIu64 " dropped=%" PRIu64 " errors=%" PRIu64
-          " stalls=%" PRIu64 " timeouts=%" PRIu64 "/%" PRIu64 "/%" PRIu64
-          "\nhttp-pipeline: order_violations=%" PRIu64
+          " cancelled=%" PRIu64 " shed=%" PRIu64 " dropped=%" PRIu64
+          " errors=%" PRIu64 " stalls=%" PRIu64 " timeouts=%" PRIu64 "/%" PRIu64
+          "/%" PRIu64 "\nhttp-pipeline: order_violations=%" PRIu64
           " answers_out_of_order=%" PRIu64 " done_out_of_order=%" PRIu64
           " overlaps=%" PRIu64 " wrong_thread=%" PRIu64 " leaks=%" PRIu64
           " loop_close=%s: %s\n",
           s->accepted, s->rejected, s->requests, s->responses, s->work_done,
-          s->cancelled, s->dropped, s->errors, s->stalls,
+          s->cancelled, s->shed, s->dropped, s->errors, s->stalls,
           s->timeouts[DEADLINE_HEADER], s->timeouts[DEADLINE_IDLE],
           s->timeouts[DEADLINE_WRITE],
           (uint64_t) atomic_load(&s->order_violations), s->answers_out_of_order,
