@@ -95,15 +95,20 @@ void uvs__kick(uvs_sched_t* s) {
 }
 
 
-/* A delayed task fell due: it joins the tail of its worker's queue. */
+/* A delayed task fell due: it joins the tail of its worker's queue. The
+ * wheel hands over a ms at a time; one due later in this ms than *ctx (now,
+ * in us) waits on sched->soon, still delayed, for the next timer phase. */
 static void fire(void* ctx, uvs_task_t* t) {
   uvs_worker_t* w;
   uvs_sched_t* s;
   uint64_t now;
 
-  (void) ctx;
   w = t->worker;
   s = w->sched;
+  if (uvs__due_us(t) > *(const uint64_t*) ctx) {
+    uvs__queue_push(&s->soon, &t->tnode);
+    return;
+  }
   uvs__undelay(w, t);
   if (w->counting && uvs__admit(w, 1) != 0) {
     /* Full, and the worker rejects: a periodic task skips this grid
@@ -124,25 +129,39 @@ static void fire(void* ctx, uvs_task_t* t) {
 
 /* Moves due delayed tasks to their workers' queues. Lock held. */
 static void fire_timers(uvs_sched_t* s) {
+  uvs__queue_t batch;
+  uvs__queue_t* q;
+  uint64_t now;
+
   /* uv_timer may fire up to a ms early, and the loop's cached time lags:
    * compare with the real clock. A manual clock fires here only what is
    * due at its time already: a periodic task that a pool run re-armed
-   * after the uvs_clock_advance() that reached its next grid point. */
-  uvs__timers_expire(s->timers, uvs__clock_ms(s), fire, NULL);
+   * after the uvs_clock_advance() that reached its next grid point. What
+   * waited for later in its ms goes first, in due order. */
+  now = uvs__clock_us(s);
+  uvs__queue_init(&batch);
+  uvs__queue_move(&s->soon, &batch);
+  while ((q = uvs__queue_shift(&batch)) != NULL)
+    fire(&now, uvs__container_of(q, uvs_task_t, tnode));
+  uvs__timers_expire(s->timers, now / 1000, fire, &now);
 }
 
 
 static void rearm_timer(uvs_sched_t* s) {
   uint64_t due;
-  uint64_t loop_now;
+  uint64_t now;
   uint64_t timeout;
 
   s->timer_asked = UINT64_MAX;
   /* A manual clock moves only with uvs_clock_advance(): the timer is for
    * what is due at its time already. */
   due = uvs__timers_next(s->timers);
-  if (s->manual_clock && due > uvs__clock_ms(s))
+  now = uvs__clock_us(s);
+  if (s->manual_clock && due > now / 1000)
     due = UINT64_MAX;
+  /* Tasks due later in a ms that has begun: the next ms. */
+  if (!uvs__queue_empty(&s->soon) && due > now / 1000 + 1)
+    due = now / 1000 + 1;
   if (due == UINT64_MAX) {
     uv_timer_stop(&s->timer);
     s->timer_due = UINT64_MAX;
@@ -150,21 +169,20 @@ static void rearm_timer(uvs_sched_t* s) {
   }
   if (uv_is_active((uv_handle_t*) &s->timer) && s->timer_due == due)
     return;
-  /* libuv measures the timeout from its cached time, which is as old as
-   * the loop iteration: armed from it, the timer would wake the poll as
-   * much later than due as the iteration had run. So the cached time is
-   * brought up to date first, once per arming. What is due already fires
-   * at the next timer phase; otherwise at least 1 ms, so that a clock that
-   * lags the real one can't make us spin. */
+  /* The poll wakes a whole number of ms after it begins, whatever the
+   * phase of the real clock: the timeout is counted from the real clock
+   * now (libuv's cached time, brought up to date first so that the timer
+   * is due by it), rounded up, so that the wake is at or after the start
+   * of due's ms, where the wheel hands its tasks over. What is due
+   * already fires at the next timer phase. A task waiting on soon is due
+   * within the ms after now: the wake a ms from now is late for it by
+   * less than a ms, never early. */
   if (!s->manual_clock)
     uv_update_time(s->loop);
-  loop_now = uv_now(s->loop);
-  if (due <= uvs__clock_ms(s))
+  if (due * 1000 <= now)
     timeout = 0;
-  else if (due > loop_now)
-    timeout = due - loop_now;
   else
-    timeout = 1;
+    timeout = (due * 1000 - now + 999) / 1000;
   s->timer_due = due;
   uv_timer_start(&s->timer, timer_cb, timeout, 0);
 }
@@ -678,6 +696,7 @@ void uvs__loop_start(uvs_sched_t* s) {
 void uvs__advance(uvs_sched_t* s, uint64_t ms) {
   uint64_t target;
   uint64_t next;
+  uint64_t now;
 
   uv_mutex_lock(&s->lock);
   target = uvs__load_rlx(&s->manual_now) + ms;
@@ -687,7 +706,8 @@ void uvs__advance(uvs_sched_t* s, uint64_t ms) {
   while ((next = uvs__timers_next(s->timers)) <= target) {
     if (next > uvs__load_rlx(&s->manual_now))
       uvs__store_rel(&s->manual_now, next);
-    uvs__timers_expire(s->timers, uvs__load_rlx(&s->manual_now), fire, NULL);
+    now = uvs__load_rlx(&s->manual_now) * 1000;
+    uvs__timers_expire(s->timers, now / 1000, fire, &now);
   }
   uvs__store_rel(&s->manual_now, target);
   uvs__kick(s);

@@ -71,6 +71,7 @@ int uvs_sched_init(uv_loop_t* loop,
   uvs__queue_init(&s->loop_ready);
   uvs__queue_init(&s->space);
   uvs__queue_init(&s->wide_ready);
+  uvs__queue_init(&s->soon);
   uvs__store_rel(&s->done_top, NULL);
   s->handles = 4;
   s->timer_due = UINT64_MAX;

@@ -251,11 +251,11 @@ void uvs__worker_close_locked(uvs_worker_t* w,
     ;
 
   /* Delayed tasks: draining runs those already due; the rest never run. */
-  now = uvs__clock_ms(s);
+  now = uvs__clock_us(s);
   while (!uvs__queue_empty(&w->delayed)) {
     t = uvs__container_of(w->delayed.next, uvs_task_t, node);
     uvs__undelay(w, t);
-    if (how == UVS_DRAIN && t->due <= now) {
+    if (how == UVS_DRAIN && uvs__due_us(t) <= now) {
       if (w->counting)
         uvs__add_sc(&w->q_in, 1); /* a close may overfill: it runs them all */
       uvs__due(w, t);
@@ -449,6 +449,8 @@ static void timer_needed(uvs_sched_t* s, uint64_t due) {
 
 
 void uvs__delay(uvs_worker_t* w, uvs_task_t* t) {
+  if (t->period != 0)
+    t->status = 0; /* its grid is on whole ms (uvs__due_us) */
   uvs__timers_insert(w->sched->timers, t);
   uvs__queue_push(&w->delayed, &t->node);
   w->ndelayed++;
