@@ -376,6 +376,28 @@ int bench_loop_latency(uv_loop_t* loop,
                        const char* where);
 
 
+/* ---- shared scenario pieces (scenarios-keys.c) --------------------------- */
+
+/* s10's load: per tasks for each of keys keys (key i + 1), scheduled from
+ * the loop thread as task r of every key, then task r + 1, ... onto
+ * worker; runs the loop until the last run and checks each key's order
+ * (its lane). Returns 0, or -1 after bench_fail(). */
+typedef struct bench_keyed_s {
+  uv_loop_t* loop;
+  uvs_worker_t* worker;
+  bench_utask_t* tasks; /* keys * per */
+  bench_lane_t* lanes;  /* one per key */
+  size_t keys;
+  size_t per;
+  bench_count_t count;
+  /* out */
+  uint64_t cpu; /* process CPU, first schedule to uv_run's return */
+  double rate;  /* tasks per second, first schedule to last run */
+} bench_keyed_t;
+
+int bench_keyed_run(bench_keyed_t* k, const char* where);
+
+
 /* ---- scenarios ---------------------------------------------------------- */
 
 void bench_users(const bench_cfg_t* cfg);            /* scenarios-users.c */
