@@ -57,6 +57,11 @@ typedef struct bench_cfg_s {
   unsigned users_wait_ms;  /* u4: deadline of one dependency wait */
   size_t users_keys;       /* u5: keys on the width-4 worker */
   size_t users_per;        /* u5: tasks per key */
+
+  /* The 0.3 group (scenarios-03.c). */
+  size_t v03_pending;        /* r1, r2: delayed tasks, and active timers */
+  size_t v03_calls;          /* r1, r2: re-arms per repetition */
+  unsigned v03_rearm_min_ms; /* r1, r2: delays are this..60 s */
 } bench_cfg_t;
 
 
@@ -400,6 +405,7 @@ int bench_keyed_run(bench_keyed_t* k, const char* where);
 
 /* ---- scenarios ---------------------------------------------------------- */
 
+void bench_v03(const bench_cfg_t* cfg);              /* scenarios-03.c */
 void bench_users(const bench_cfg_t* cfg);            /* scenarios-users.c */
 void bench_s1_pool_one(const bench_cfg_t* cfg);      /* scenarios-pool.c */
 void bench_s2_pool_many(const bench_cfg_t* cfg);     /* scenarios-pool.c */

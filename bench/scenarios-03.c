@@ -1,0 +1,359 @@
+/* The 0.3 additions (scenario r), each against what a libuv program does
+ * without it, in the same process and run:
+ *   r1  uvs_task_reschedule of one of 1M delayed tasks, on the loop thread,
+ *       vs uv_timer_start on one of 1M active uv_timer_t;
+ *   r2  the same re-arm from a foreign thread while the loop is blocked in
+ *       uv_run, vs r1's uv_timer_start (which only the loop thread may
+ *       call).
+ * Costs of single calls are CPU time of the calling thread, so that a
+ * thread preempted by other work on the machine is not charged for it.
+ */
+
+#include "bench.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+
+/* ---- r1, r2: re-arming one of 1M pending ----------------------------------
+ *
+ * One scheduler with a UVS_LOOP worker holds n delayed tasks, and the same
+ * loop n active uv_timer_t, all due in 1 to 60 s. A repetition re-arms
+ * `calls` of them, drawn at random, each to a new random delay in 1 to
+ * 60 s (--smoke: 1 ms to 60 s, so that some fall due): the same draws for
+ * every variant of the repetition, so that neither structure gets an
+ * order that suits it. r1 calls from the loop thread between two loop
+ * iterations (as a callback would); r2 from a foreign thread while the
+ * loop waits in uv_run for its next timer. A task or timer that falls due
+ * meanwhile (only while the loop runs, in r2) re-arms itself from its
+ * callback, as an idle timeout that fired and was renewed would, so that
+ * both structures keep n entries.
+ */
+
+typedef struct rearm_s {
+  uv_loop_t* loop;
+  uvs_worker_t* worker;
+  uvs_task_t* tasks;
+  uv_timer_t* timers;
+  size_t n;
+  uint32_t* idx;   /* call i re-arms entry idx[i] ... */
+  uint64_t* delay; /* ... to delay[i] ms */
+  size_t calls;
+  uint64_t min_ms;      /* delays are min_ms..60 s */
+  uint64_t rng;         /* loop thread: delays of entries that fired */
+  uint64_t fired_uvs;   /* loop thread */
+  uint64_t fired_timer; /* loop thread */
+  uint64_t cancelled;   /* loop thread: hand-backs at the close */
+  uint64_t other;
+  /* r2 */
+  uv_async_t stop;
+  uv_timer_t go;
+  bench_thread_t th;
+  uint64_t busy; /* calls that found the task fallen due */
+  int err;
+  uint64_t cpu_ns;  /* the foreign thread's CPU for its calls */
+  uint64_t wall_ns; /* ... and the wall time */
+} rearm_t;
+
+
+#define REARM_MAX_MS 60000
+
+static uint64_t rearm_draw(const rearm_t* r, uint64_t* rng) {
+  return r->min_ms + bench_rand(rng) % (REARM_MAX_MS - r->min_ms + 1);
+}
+
+
+static void rearm_run(uvs_task_t* task) {
+  rearm_t* r;
+  int err;
+
+  r = task->data;
+  r->fired_uvs++;
+  err = uvs_schedule_after(r->worker, task, rearm_draw(r, &r->rng));
+  if (err != 0)
+    bench_fail("r1/r2: re-arm of a task that fell due: %s", uv_strerror(err));
+}
+
+
+static void rearm_done(uvs_task_t* task, int status) {
+  rearm_t* r;
+
+  r = task->data;
+  if (status == UV_ECANCELED)
+    r->cancelled++;
+  else
+    r->other++;
+}
+
+
+static void rearm_closed(uvs_sched_t* sched) {
+  *(int*) sched->data = 1;
+}
+
+
+static void rearm_timer_cb(uv_timer_t* handle) {
+  rearm_t* r;
+
+  r = handle->data;
+  r->fired_timer++;
+  uv_timer_start(handle, rearm_timer_cb, rearm_draw(r, &r->rng), 0);
+}
+
+
+/* The repetition's draws. */
+static void rearm_draws(rearm_t* r, uint64_t seed) {
+  uint64_t st;
+  size_t i;
+
+  st = seed | 1;
+  for (i = 0; i < r->calls; i++) {
+    r->idx[i] = (uint32_t) (bench_rand(&st) % r->n);
+    r->delay[i] = rearm_draw(r, &st);
+  }
+}
+
+
+/* r1, uvsched: ns of thread CPU per call, or NAN. */
+static double rearm_uvs(rearm_t* r) {
+  uint64_t cpu0;
+  size_t i;
+  int err;
+
+  bench_arm("r1 uvsched");
+  cpu0 = bench_thread_cpu();
+  for (i = 0; i < r->calls; i++) {
+    err = uvs_task_reschedule(&r->tasks[r->idx[i]], r->delay[i]);
+    if (err != 0) {
+      bench_fail("r1: uvs_task_reschedule: %s", uv_strerror(err));
+      return NAN;
+    }
+  }
+  return (double) (bench_thread_cpu() - cpu0) / (double) r->calls;
+}
+
+
+/* r1, uv_timer_t: ns of thread CPU per call. */
+static double rearm_timer(rearm_t* r) {
+  uint64_t cpu0;
+  size_t i;
+
+  bench_arm("r1 uv_timer");
+  /* The loop would have updated its time at the start of the iteration. */
+  uv_update_time(r->loop);
+  cpu0 = bench_thread_cpu();
+  for (i = 0; i < r->calls; i++)
+    uv_timer_start(&r->timers[r->idx[i]], rearm_timer_cb, r->delay[i], 0);
+  return (double) (bench_thread_cpu() - cpu0) / (double) r->calls;
+}
+
+
+static void rearm_foreign_main(void* arg) {
+  rearm_t* r;
+  uint64_t cpu0;
+  uint64_t t0;
+  size_t i;
+  int err;
+
+  r = arg;
+  t0 = uv_hrtime();
+  cpu0 = bench_thread_cpu();
+  for (i = 0; i < r->calls; i++) {
+    err = uvs_task_reschedule(&r->tasks[r->idx[i]], r->delay[i]);
+    if (err == UV_EBUSY)
+      r->busy++; /* fell due and is queued or running: it renews itself */
+    else if (err != 0 && r->err == 0)
+      r->err = err;
+  }
+  r->cpu_ns = bench_thread_cpu() - cpu0;
+  r->wall_ns = uv_hrtime() - t0;
+  uv_async_send(&r->stop);
+}
+
+
+/* In the loop's first timer phase: from here on it waits in uv_run. */
+static void rearm_go(uv_timer_t* handle) {
+  rearm_t* r;
+
+  r = handle->data;
+  bench_thread_start(&r->th, rearm_foreign_main, r);
+}
+
+
+static void rearm_stop(uv_async_t* handle) {
+  uv_stop(handle->loop);
+}
+
+
+/* r2: ns of the foreign thread's CPU per call, or NAN; *loop_ns gets the
+ * loop thread's CPU per call meanwhile, *wall_ns the caller's wall time. */
+static double rearm_foreign(rearm_t* r, double* loop_ns, double* wall_ns) {
+  uvs_worker_metrics_t m;
+  uint64_t cpu0;
+  uint64_t deadline;
+
+  bench_arm("r2 foreign");
+  r->busy = 0;
+  r->err = 0;
+  cpu0 = bench_thread_cpu();
+  uv_timer_start(&r->go, rearm_go, 0, 0);
+  uv_run(r->loop, UV_RUN_DEFAULT);
+  *loop_ns = (double) (bench_thread_cpu() - cpu0) / (double) r->calls;
+  bench_thread_join(&r->th);
+  *wall_ns = (double) r->wall_ns / (double) r->calls;
+  /* Tasks that fell due and are still queued when uv_stop ended the run
+   * must run (and renew themselves) before r1 re-arms them. */
+  deadline = uv_hrtime() + 10 * (uint64_t) 1000000000;
+  for (;;) {
+    uvs_worker_metrics(r->worker, &m);
+    if ((m.queued == 0 && m.running == 0) || uv_hrtime() > deadline)
+      break;
+    uv_run(r->loop, UV_RUN_NOWAIT);
+  }
+  if (r->err != 0) {
+    bench_fail("r2: uvs_task_reschedule: %s", uv_strerror(r->err));
+    return NAN;
+  }
+  return (double) r->cpu_ns / (double) r->calls;
+}
+
+
+static void v03_rearm(const bench_cfg_t* cfg) {
+  uv_loop_t loop;
+  uvs_sched_t sched;
+  uvs_worker_t worker;
+  rearm_t* r;
+  bench_row_t* loop_row;
+  bench_row_t* foreign_row;
+  double busy[BENCH_MAX_RUNS];
+  double loop_cpu[BENCH_MAX_RUNS];
+  double wall[BENCH_MAX_RUNS];
+  double u;
+  double t;
+  double f;
+  uvs_stats_t st;
+  uint64_t fill;
+  size_t i;
+  int closed;
+  int run;
+  int k;
+  int err;
+
+  loop_row = bench_row("r1.rearm",
+                       "uvs_task_reschedule, 1M delayed tasks pending "
+                       "(1-60 s), loop thread, vs uv_timer_start with 1M "
+                       "active timers",
+                       "ns/call", BENCH_LE, 0.5, 0);
+  foreign_row = bench_row("r2.rearm-foreign",
+                          "uvs_task_reschedule as r1 from a foreign thread, "
+                          "loop blocked in uv_run, vs r1's uv_timer_start",
+                          "ns/call", BENCH_LE, 1.0, 0);
+
+  r = bench_alloc(1, sizeof(*r));
+  r->loop = &loop;
+  r->worker = &worker;
+  r->n = cfg->v03_pending;
+  r->calls = cfg->v03_calls;
+  r->min_ms = cfg->v03_rearm_min_ms;
+  r->tasks = bench_alloc(r->n, sizeof(*r->tasks));
+  r->timers = bench_alloc(r->n, sizeof(*r->timers));
+  r->idx = bench_alloc(r->calls, sizeof(*r->idx));
+  r->delay = bench_alloc(r->calls, sizeof(*r->delay));
+  r->rng = 0x7e4a11;
+  bench_loop_init(&loop);
+  if (uvs_sched_init(&loop, &sched, NULL) != 0 ||
+      uvs_worker_init(&sched, &worker, UVS_LOOP) != 0)
+    abort();
+  if (uv_async_init(&loop, &r->stop, rearm_stop) != 0 ||
+      uv_timer_init(&loop, &r->go) != 0)
+    abort();
+  r->go.data = r;
+
+  bench_arm("r1 fill");
+  fill = uv_hrtime();
+  for (i = 0; i < r->n; i++) {
+    uvs_task_init(&r->tasks[i], rearm_run, rearm_done);
+    r->tasks[i].data = r;
+    err = uvs_schedule_after(&worker, &r->tasks[i], rearm_draw(r, &r->rng));
+    if (err != 0) {
+      bench_fail("r1: fill: uvs_schedule_after: %s", uv_strerror(err));
+      abort();
+    }
+    uv_timer_init(&loop, &r->timers[i]);
+    r->timers[i].data = r;
+    uv_timer_start(&r->timers[i], rearm_timer_cb, rearm_draw(r, &r->rng), 0);
+  }
+  bench_figure("r1.fill", (double) (uv_hrtime() - fill) / 1e6, "ms");
+
+  for (run = 0; run < cfg->runs; run++) {
+    rearm_draws(r, 0x2e5c4ed + (uint64_t) run);
+    u = t = f = NAN;
+    busy[run] = loop_cpu[run] = wall[run] = NAN;
+    for (k = 0; k < 3; k++) {
+      switch (bench_order(run, 3, k)) {
+        case 0:
+          u = rearm_uvs(r);
+          bench_note(cfg, "r1.uvsched", run, u, "ns/call");
+          break;
+        case 1:
+          t = rearm_timer(r);
+          bench_note(cfg, "r1.timer", run, t, "ns/call");
+          break;
+        default:
+          f = rearm_foreign(r, &loop_cpu[run], &wall[run]);
+          busy[run] = (double) r->busy;
+          bench_note(cfg, "r2.foreign", run, f, "ns/call");
+          break;
+      }
+    }
+    bench_row_add(loop_row, u, t);
+    bench_row_add(foreign_row, f, t);
+  }
+  bench_figure("r2.wall", bench_median(wall, cfg->runs), "ns/call");
+  bench_figure("r2.loop-cpu", bench_median(loop_cpu, cfg->runs), "ns/call");
+  bench_figure("r2.busy", bench_median(busy, cfg->runs), "calls");
+  bench_figure("r1.fired.uvsched", (double) r->fired_uvs, "tasks");
+  bench_figure("r1.fired.timer", (double) r->fired_timer, "timers");
+
+  uvs_sched_stats(&sched, &st);
+  if (st.pending != r->n || st.scheduled != st.ran + st.cancelled + st.pending)
+    bench_fail(
+        "r1: stats: scheduled %llu ran %llu cancelled %llu pending "
+        "%llu, %zu delayed",
+        (unsigned long long) st.scheduled, (unsigned long long) st.ran,
+        (unsigned long long) st.cancelled, (unsigned long long) st.pending,
+        r->n);
+
+  /* The timers first: active, they would keep the close's run going.
+   * UVS_CANCEL, not bench_sched_close's UVS_DRAIN: a task that fell due
+   * meanwhile would run and re-arm itself onto a closing worker. */
+  bench_arm("r1 close");
+  for (i = 0; i < r->n; i++) uv_close((uv_handle_t*) &r->timers[i], NULL);
+  uv_close((uv_handle_t*) &r->go, NULL);
+  uv_close((uv_handle_t*) &r->stop, NULL);
+  closed = 0;
+  sched.data = &closed;
+  if (uvs_sched_close(&sched, UVS_CANCEL, rearm_closed) != 0)
+    bench_fail("r1: uvs_sched_close failed");
+  uv_run(&loop, UV_RUN_DEFAULT);
+  if (!closed)
+    bench_fail("r1: scheduler close callback not called");
+  if (r->cancelled != r->n || r->other != 0)
+    bench_fail(
+        "r1: at the close %llu of %zu tasks handed back cancelled, "
+        "%llu otherwise",
+        (unsigned long long) r->cancelled, r->n, (unsigned long long) r->other);
+  bench_loop_close(&loop, "r1");
+  bench_free(r->delay);
+  bench_free(r->idx);
+  bench_free(r->timers);
+  bench_free(r->tasks);
+  bench_free(r);
+}
+
+
+void bench_v03(const bench_cfg_t* cfg) {
+  v03_rearm(cfg);
+}
