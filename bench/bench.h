@@ -62,6 +62,7 @@ typedef struct bench_cfg_s {
   size_t v03_pending;        /* r1, r2: delayed tasks, and active timers */
   size_t v03_calls;          /* r1, r2: re-arms per repetition */
   unsigned v03_rearm_min_ms; /* r1, r2: delays are this..60 s */
+  size_t v03_conns;          /* r3: connections */
 } bench_cfg_t;
 
 

@@ -52,7 +52,7 @@ typedef struct scenario_s {
 } scenario_t;
 
 static const scenario_t scenarios[] = {
-    {"r", "v03", "0.3: re-arming one of 1M delayed tasks", bench_v03},
+    {"r", "v03", "0.3: re-arming delayed tasks, idle timeouts", bench_v03},
     {"u", "users", "users' view: head-of-line, server mix, dependency, keys",
      bench_users},
     {"s1", "pool-one", "one pool worker, tasks scheduled from the loop",
@@ -836,6 +836,7 @@ static void cfg_full(bench_cfg_t* c) {
   c->v03_pending = 1000000;
   c->v03_calls = 1000000;
   c->v03_rearm_min_ms = 1000;
+  c->v03_conns = 100000;
 }
 
 
@@ -876,6 +877,7 @@ static void cfg_smoke(bench_cfg_t* c) {
   c->v03_pending = 20000;
   c->v03_calls = 20000;
   c->v03_rearm_min_ms = 1;
+  c->v03_conns = 1000;
 }
 
 

@@ -4,7 +4,8 @@
  *       vs uv_timer_start on one of 1M active uv_timer_t;
  *   r2  the same re-arm from a foreign thread while the loop is blocked in
  *       uv_run, vs r1's uv_timer_start (which only the loop thread may
- *       call).
+ *       call);
+ *   r3  a server's idle timeouts, re-armed on every read: loop CPU.
  * Costs of single calls are CPU time of the calling thread, so that a
  * thread preempted by other work on the machine is not charged for it.
  */
@@ -354,6 +355,268 @@ static void v03_rearm(const bench_cfg_t* cfg) {
 }
 
 
+/* ---- r3: idle timeouts re-armed on every read -----------------------------
+ *
+ * n connections, each with a 30 s idle timeout, each reading 10 times a
+ * simulated second for 10 simulated seconds; every read re-arms its
+ * connection's timeout. Simulated time is compressed: an idle callback
+ * plays the reads of one loop iteration (a batch, as one epoll_wait would
+ * return), in a random order of the connections that changes from one
+ * simulated 100 ms to the next, as fast as the loop goes. The figure is
+ * the loop thread's CPU time per simulated second, from the first batch
+ * to the last (arming and tearing down the timeouts excluded): uvsched
+ * with one delayed task per connection on a UVS_LOOP worker and
+ * uvs_task_reschedule per read, against one uv_timer_t per connection and
+ * uv_timer_start per read. No timeout may fire.
+ */
+
+#define IDLE_TIMEOUT_MS 30000
+#define IDLE_READS_PER_S 10
+#define IDLE_SECONDS 10
+#define IDLE_BATCH 1024 /* reads per loop iteration */
+#define IDLE_PERMS 8    /* orders of the connections, used in turn */
+
+typedef struct idle_s {
+  uv_loop_t* loop;
+  uvs_worker_t* worker; /* NULL: the uv_timer_t variant */
+  uvs_task_t* tasks;
+  uv_timer_t* timers;
+  uint32_t* perm; /* IDLE_PERMS permutations of 0..n */
+  size_t n;
+  uint64_t reads;  /* to play */
+  uint64_t played; /* so far */
+  size_t tick;     /* the simulated 100 ms being played */
+  size_t j;        /* the next connection in its order */
+  uv_idle_t reader;
+  uint64_t cpu0;
+  uint64_t cpu1;
+  uint64_t t0;
+  uint64_t t1;
+  uint64_t fired;     /* loop thread */
+  uint64_t cancelled; /* loop thread */
+  uint64_t other;
+  int err;
+} idle_t;
+
+
+static void idle_fired(uvs_task_t* task) {
+  ((idle_t*) task->data)->fired++;
+}
+
+
+static void idle_done(uvs_task_t* task, int status) {
+  idle_t* d;
+
+  d = task->data;
+  if (status == UV_ECANCELED)
+    d->cancelled++;
+  else
+    d->other++;
+}
+
+
+static void idle_timer_cb(uv_timer_t* handle) {
+  ((idle_t*) handle->data)->fired++;
+}
+
+
+/* Ends a variant: the clock stops, every timeout is torn down. */
+static void idle_end(idle_t* d) {
+  size_t i;
+  int err;
+
+  d->cpu1 = bench_thread_cpu();
+  d->t1 = uv_hrtime();
+  uv_idle_stop(&d->reader);
+  for (i = 0; i < d->n; i++) {
+    if (d->worker == NULL) {
+      uv_timer_stop(&d->timers[i]);
+    } else {
+      err = uvs_task_cancel(&d->tasks[i]);
+      if (err != 0 && d->err == 0)
+        d->err = err;
+    }
+  }
+}
+
+
+static void idle_read_batch(uv_idle_t* handle) {
+  idle_t* d;
+  const uint32_t* order;
+  uint64_t end;
+  size_t j;
+  size_t c;
+  int err;
+
+  d = handle->data;
+  end = d->played + IDLE_BATCH;
+  if (end > d->reads)
+    end = d->reads;
+  order = &d->perm[(d->tick % IDLE_PERMS) * d->n];
+  j = d->j;
+  if (d->worker != NULL) {
+    for (; d->played < end; d->played++) {
+      c = order[j];
+      err = uvs_task_reschedule(&d->tasks[c], IDLE_TIMEOUT_MS);
+      if (err != 0 && d->err == 0)
+        d->err = err;
+      if (++j == d->n) {
+        j = 0;
+        d->tick++;
+        order = &d->perm[(d->tick % IDLE_PERMS) * d->n];
+      }
+    }
+  } else {
+    for (; d->played < end; d->played++) {
+      c = order[j];
+      uv_timer_start(&d->timers[c], idle_timer_cb, IDLE_TIMEOUT_MS, 0);
+      if (++j == d->n) {
+        j = 0;
+        d->tick++;
+        order = &d->perm[(d->tick % IDLE_PERMS) * d->n];
+      }
+    }
+  }
+  d->j = j;
+  if (d->played == d->reads || d->err != 0)
+    idle_end(d);
+}
+
+
+/* One variant; returns ms of loop CPU per simulated second, or NAN. */
+static double idle_run(idle_t* d, uvs_worker_t* worker, const char* where) {
+  size_t i;
+  int err;
+
+  d->worker = worker;
+  d->played = 0;
+  d->tick = 0;
+  d->j = 0;
+  d->fired = d->cancelled = d->other = 0;
+  d->err = 0;
+  bench_arm(where);
+  /* The connections are open: each has its timeout armed. */
+  uv_update_time(d->loop);
+  for (i = 0; i < d->n; i++) {
+    if (worker == NULL) {
+      uv_timer_start(&d->timers[i], idle_timer_cb, IDLE_TIMEOUT_MS, 0);
+    } else {
+      uvs_task_init(&d->tasks[i], idle_fired, idle_done);
+      d->tasks[i].data = d;
+      err = uvs_schedule_after(worker, &d->tasks[i], IDLE_TIMEOUT_MS);
+      if (err != 0) {
+        bench_fail("%s: uvs_schedule_after: %s", where, uv_strerror(err));
+        abort();
+      }
+    }
+  }
+  d->t0 = uv_hrtime();
+  d->cpu0 = bench_thread_cpu();
+  uv_idle_start(&d->reader, idle_read_batch);
+  uv_run(d->loop, UV_RUN_DEFAULT);
+
+  if (d->err != 0) {
+    bench_fail("%s: %s", where, uv_strerror(d->err));
+    return NAN;
+  }
+  if (d->fired != 0 && d->t1 - d->t0 < (uint64_t) IDLE_TIMEOUT_MS * 1000000)
+    bench_fail("%s: %llu idle timeouts fired after %.1f s of a 30 s timeout",
+               where, (unsigned long long) d->fired,
+               (double) (d->t1 - d->t0) / 1e9);
+  if (worker != NULL && (d->cancelled != d->n || d->other != 0))
+    bench_fail(
+        "%s: %llu of %zu timeouts handed back cancelled, %llu "
+        "otherwise",
+        where, (unsigned long long) d->cancelled, d->n,
+        (unsigned long long) d->other);
+  return (double) (d->cpu1 - d->cpu0) / 1e6 / IDLE_SECONDS;
+}
+
+
+static void v03_idle(const bench_cfg_t* cfg) {
+  uv_loop_t loop;
+  uvs_sched_t sched;
+  uvs_worker_t worker;
+  idle_t* d;
+  bench_row_t* row;
+  double per_read[2][BENCH_MAX_RUNS];
+  double wall[2][BENCH_MAX_RUNS];
+  double v[2];
+  uint64_t st;
+  uint32_t* p;
+  uint32_t x;
+  size_t i;
+  size_t j;
+  int run;
+  int k;
+  int s;
+
+  row = bench_row("r3.idle-timeouts",
+                  "100k conns' 30 s idle timeouts re-armed on each read, "
+                  "10 reads/s for 10 s: loop CPU per simulated s, vs a "
+                  "uv_timer_t per conn",
+                  "ms/s", BENCH_LE, 0.5, 0);
+
+  d = bench_alloc(1, sizeof(*d));
+  d->loop = &loop;
+  d->n = cfg->v03_conns;
+  d->reads = (uint64_t) d->n * IDLE_READS_PER_S * IDLE_SECONDS;
+  d->tasks = bench_alloc(d->n, sizeof(*d->tasks));
+  d->timers = bench_alloc(d->n, sizeof(*d->timers));
+  d->perm = bench_alloc(d->n * IDLE_PERMS, sizeof(*d->perm));
+  st = 0x1d1e;
+  for (k = 0; k < IDLE_PERMS; k++) {
+    p = &d->perm[(size_t) k * d->n];
+    for (i = 0; i < d->n; i++) p[i] = (uint32_t) i;
+    for (i = d->n; i > 1; i--) {
+      j = bench_rand(&st) % i;
+      x = p[i - 1];
+      p[i - 1] = p[j];
+      p[j] = x;
+    }
+  }
+  bench_loop_init(&loop);
+  if (uvs_sched_init(&loop, &sched, NULL) != 0 ||
+      uvs_worker_init(&sched, &worker, UVS_LOOP) != 0)
+    abort();
+  uv_idle_init(&loop, &d->reader);
+  d->reader.data = d;
+  for (i = 0; i < d->n; i++) {
+    uv_timer_init(&loop, &d->timers[i]);
+    d->timers[i].data = d;
+  }
+
+  for (run = 0; run < cfg->runs; run++) {
+    for (k = 0; k < 2; k++) {
+      s = bench_order(run, 2, k);
+      v[s] = idle_run(d, s == 0 ? &worker : NULL,
+                      s == 0 ? "r3 uvsched" : "r3 uv_timer");
+      per_read[s][run] = (double) (d->cpu1 - d->cpu0) / (double) d->reads;
+      wall[s][run] = (double) (d->t1 - d->t0) / 1e6;
+      bench_note(cfg, s == 0 ? "r3.uvsched" : "r3.timer", run, v[s], "ms/s");
+    }
+    bench_row_add(row, v[0], v[1]);
+  }
+  bench_figure("r3.per-read.uvsched", bench_median(per_read[0], cfg->runs),
+               "ns/re-arm");
+  bench_figure("r3.per-read.timer", bench_median(per_read[1], cfg->runs),
+               "ns/re-arm");
+  bench_figure("r3.wall.uvsched", bench_median(wall[0], cfg->runs), "ms");
+  bench_figure("r3.wall.timer", bench_median(wall[1], cfg->runs), "ms");
+
+  bench_check_stats(&sched, "r3");
+  bench_sched_close(&loop, &sched, "r3");
+  uv_close((uv_handle_t*) &d->reader, NULL);
+  for (i = 0; i < d->n; i++) uv_close((uv_handle_t*) &d->timers[i], NULL);
+  bench_loop_close(&loop, "r3");
+  bench_free(d->perm);
+  bench_free(d->timers);
+  bench_free(d->tasks);
+  bench_free(d);
+}
+
+
 void bench_v03(const bench_cfg_t* cfg) {
   v03_rearm(cfg);
+  v03_idle(cfg);
 }
