@@ -59,10 +59,14 @@ typedef struct bench_cfg_s {
   size_t users_per;        /* u5: tasks per key */
 
   /* The 0.3 group (scenarios-03.c). */
-  size_t v03_pending;        /* r1, r2: delayed tasks, and active timers */
-  size_t v03_calls;          /* r1, r2: re-arms per repetition */
-  unsigned v03_rearm_min_ms; /* r1, r2: delays are this..60 s */
-  size_t v03_conns;          /* r3: connections */
+  size_t v03_pending;          /* r1, r2: delayed tasks, and active timers */
+  size_t v03_calls;            /* r1, r2: re-arms per repetition */
+  unsigned v03_rearm_min_ms;   /* r1, r2: delays are this..60 s */
+  size_t v03_conns;            /* r3: connections */
+  size_t v03_late;             /* r4: delayed tasks per variant */
+  unsigned v03_late_min_ms;    /* r4: delays are min..max */
+  unsigned v03_late_max_ms;    /* r4 */
+  unsigned v03_late_window_ms; /* r4: the schedule calls arrive over this */
 } bench_cfg_t;
 
 

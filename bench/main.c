@@ -52,7 +52,7 @@ typedef struct scenario_s {
 } scenario_t;
 
 static const scenario_t scenarios[] = {
-    {"r", "v03", "0.3: re-arming delayed tasks, idle timeouts", bench_v03},
+    {"r", "v03", "0.3: re-arm, idle timeouts, timer lateness", bench_v03},
     {"u", "users", "users' view: head-of-line, server mix, dependency, keys",
      bench_users},
     {"s1", "pool-one", "one pool worker, tasks scheduled from the loop",
@@ -837,6 +837,10 @@ static void cfg_full(bench_cfg_t* c) {
   c->v03_calls = 1000000;
   c->v03_rearm_min_ms = 1000;
   c->v03_conns = 100000;
+  c->v03_late = 10000;
+  c->v03_late_min_ms = 10;
+  c->v03_late_max_ms = 100;
+  c->v03_late_window_ms = 100;
 }
 
 
@@ -878,6 +882,10 @@ static void cfg_smoke(bench_cfg_t* c) {
   c->v03_calls = 20000;
   c->v03_rearm_min_ms = 1;
   c->v03_conns = 1000;
+  c->v03_late = 500;
+  c->v03_late_min_ms = 2;
+  c->v03_late_max_ms = 20;
+  c->v03_late_window_ms = 10;
 }
 
 

@@ -5,18 +5,22 @@
  *   r2  the same re-arm from a foreign thread while the loop is blocked in
  *       uv_run, vs r1's uv_timer_start (which only the loop thread may
  *       call);
- *   r3  a server's idle timeouts, re-armed on every read: loop CPU.
+ *   r3  a server's idle timeouts, re-armed on every read: loop CPU;
+ *   r4  lateness of delayed tasks on an otherwise idle loop (guarantee 6),
+ *       loop and pool workers, vs one uv_timer_t per task.
  * Costs of single calls are CPU time of the calling thread, so that a
  * thread preempted by other work on the machine is not charged for it.
  */
 
 #include "bench.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 
 /* ---- r1, r2: re-arming one of 1M pending ----------------------------------
@@ -616,7 +620,335 @@ static void v03_idle(const bench_cfg_t* cfg) {
 }
 
 
+/* ---- r4: lateness on an idle loop ------------------------------------------
+ *
+ * n delayed tasks, delays drawn in lo..hi ms. A producer thread wakes the
+ * loop at Poisson instants over a short window, as a socket's readiness
+ * would, and the loop schedules a batch of LATE_BATCH tasks each time, as
+ * a read callback would: so schedule calls fall at random points of the
+ * ms, and between the wake-ups and the firings the loop waits in
+ * epoll_wait. Lateness is run_cb's start (uv_hrtime()) minus t_call +
+ * delay, t_call read just before the schedule call. Three variants with
+ * the same arrivals and delays: a UVS_LOOP worker, a UVS_POOL worker, and
+ * one uv_timer_t per task (which goes by libuv's cached ms and may fire
+ * early).
+ */
+
+#define LATE_BATCH 25
+
+/* CLOCK_MONOTONIC minus uv_hrtime(), for sleeps until a uv_hrtime(). */
+static int64_t mono_skew(void) {
+  struct timespec ts;
+  uint64_t t;
+
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  t = uv_hrtime();
+  return ((int64_t) ts.tv_sec * 1000000000 + ts.tv_nsec) - (int64_t) t;
+}
+
+
+static void sleep_until(uint64_t hr, int64_t skew) {
+  struct timespec ts;
+  uint64_t at;
+
+  at = (uint64_t) ((int64_t) hr + skew);
+  ts.tv_sec = (time_t) (at / 1000000000);
+  ts.tv_nsec = (long) (at % 1000000000);
+  while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR) {
+  }
+}
+
+
+typedef struct late_s late_t;
+
+typedef struct ltask_s {
+  uvs_task_t task;
+  uv_timer_t timer;
+  uint64_t delay_ms;
+  uint64_t due_ns;   /* t_call + delay */
+  uint64_t start_ns; /* run_cb starts */
+  late_t* l;
+} ltask_t;
+
+struct late_s {
+  uv_loop_t* loop;
+  ltask_t* tasks;
+  uint64_t* off; /* batch b is due at t0 + off[b] ns */
+  size_t n;
+  size_t nbatches;
+  size_t next;          /* loop thread: the next batch to schedule */
+  uvs_worker_t* worker; /* NULL: uv_timer_t */
+  uint64_t t0;
+  int64_t skew;
+  uv_async_t poke;
+  bench_thread_t producer;
+  bench_count_t count;
+  int err;
+};
+
+
+static void late_started(ltask_t* t) {
+  t->start_ns = uv_hrtime();
+  bench_count_hit(&t->l->count);
+}
+
+
+static void late_run(uvs_task_t* task) {
+  late_started((ltask_t*) task);
+}
+
+
+static void late_timer_cb(uv_timer_t* handle) {
+  late_started(handle->data);
+}
+
+
+static void late_producer(void* arg) {
+  late_t* l;
+  size_t b;
+
+  l = arg;
+  for (b = 0; b < l->nbatches; b++) {
+    sleep_until(l->t0 + l->off[b], l->skew);
+    uv_async_send(&l->poke);
+  }
+}
+
+
+static void late_poke(uv_async_t* handle) {
+  late_t* l;
+  ltask_t* t;
+  uint64_t now;
+  uint64_t t_call;
+  size_t i;
+  size_t end;
+  int err;
+
+  l = handle->data;
+  if (l->next == l->nbatches)
+    return;
+  now = uv_hrtime();
+  while (l->next < l->nbatches && l->t0 + l->off[l->next] <= now) {
+    i = l->next * LATE_BATCH;
+    end = i + LATE_BATCH < l->n ? i + LATE_BATCH : l->n;
+    for (; i < end; i++) {
+      t = &l->tasks[i];
+      if (l->worker != NULL) {
+        t_call = uv_hrtime();
+        err = uvs_schedule_after(l->worker, &t->task, t->delay_ms);
+        if (err != 0 && l->err == 0)
+          l->err = err;
+      } else {
+        t_call = uv_hrtime();
+        uv_timer_start(&t->timer, late_timer_cb, t->delay_ms, 0);
+      }
+      t->due_ns = t_call + t->delay_ms * 1000000;
+    }
+    l->next++;
+  }
+  if (l->next == l->nbatches) {
+    /* The producer has only pokes for batches already scheduled left:
+     * wait for it, so that no send comes after the close. */
+    bench_thread_join(&l->producer);
+    uv_close((uv_handle_t*) handle, NULL);
+  }
+}
+
+
+typedef struct late_out_s {
+  double p50; /* ms */
+  double p99;
+  double max;
+  double early; /* runs before t_call + delay */
+} late_out_t;
+
+
+/* One variant; returns 0, or -1 after bench_fail(). lat is scratch. */
+static int late_run_one(late_t* l,
+                        uvs_worker_t* worker,
+                        double* lat,
+                        late_out_t* out,
+                        const char* where) {
+  ltask_t* t;
+  size_t i;
+  uint64_t early;
+
+  l->worker = worker;
+  l->next = 0;
+  l->err = 0;
+  bench_count_reset(&l->count, l->n);
+  for (i = 0; i < l->n; i++) {
+    t = &l->tasks[i];
+    t->start_ns = 0;
+    uvs_task_init(&t->task, late_run, NULL);
+  }
+  if (uv_async_init(l->loop, &l->poke, late_poke) != 0)
+    abort();
+  l->poke.data = l;
+  bench_arm(where);
+  l->skew = mono_skew();
+  l->t0 = uv_hrtime() + 1000000; /* the first wake-up after uv_run began */
+  bench_thread_start(&l->producer, late_producer, l);
+  uv_run(l->loop, UV_RUN_DEFAULT);
+
+  if (l->err != 0) {
+    bench_fail("%s: uvs_schedule_after: %s", where, uv_strerror(l->err));
+    return -1;
+  }
+  if (bench_count_ran(&l->count) != l->n) {
+    bench_fail("%s: %llu of %zu tasks ran", where,
+               (unsigned long long) bench_count_ran(&l->count), l->n);
+    return -1;
+  }
+  early = 0;
+  for (i = 0; i < l->n; i++) {
+    t = &l->tasks[i];
+    if (t->start_ns < t->due_ns)
+      early++;
+    lat[i] = ((double) t->start_ns - (double) t->due_ns) / 1e6;
+  }
+  if (worker != NULL && early != 0)
+    bench_fail("%s: %llu of %zu tasks ran before t_call + delay (guarantee 6)",
+               where, (unsigned long long) early, l->n);
+  out->p50 = bench_percentile(lat, l->n, 50.0);
+  out->p99 = bench_percentile(lat, l->n, 99.0);
+  out->max = lat[l->n - 1];
+  out->early = (double) early;
+  return 0;
+}
+
+
+/* Four rows of one uvsched variant: p50, p99, max, early. */
+typedef struct late_rows_s {
+  bench_row_t* row[4];
+} late_rows_t;
+
+
+static void late_rows_add(late_rows_t* r, late_out_t u, late_out_t t) {
+  bench_row_add(r->row[0], u.p50, t.p50);
+  bench_row_add(r->row[1], u.p99, t.p99);
+  bench_row_add(r->row[2], u.max, t.max);
+  bench_row_add(r->row[3], u.early, t.early);
+}
+
+
+static void v03_late(const bench_cfg_t* cfg) {
+  static const char* const where[3] = {"r4 uvsched loop", "r4 uvsched pool",
+                                       "r4 uv_timer"};
+  uv_loop_t loop;
+  uvs_sched_t sched;
+  uvs_worker_t workers[2];
+  late_t* l;
+  late_rows_t rl;
+  late_rows_t rp;
+  late_out_t out[3];
+  double* lat;
+  double u;
+  double gap;
+  uint64_t st;
+  uint64_t at;
+  size_t i;
+  int run;
+  int k;
+  int v;
+
+  rl.row[0] = bench_row("r4.late-loop.p50",
+                        "10k delays of 10-100 ms, idle loop, UVS_LOOP "
+                        "worker: lateness p50, vs uv_timer_t",
+                        "ms", BENCH_LE, 0.5, 1);
+  rl.row[1] = bench_row("r4.late-loop.p99",
+                        "10k delays of 10-100 ms, idle loop, UVS_LOOP "
+                        "worker: lateness p99, vs uv_timer_t",
+                        "ms", BENCH_LE, 1.2, 1);
+  rl.row[2] = bench_row("r4.late-loop.max",
+                        "10k delays of 10-100 ms, idle loop, UVS_LOOP "
+                        "worker: lateness max, vs uv_timer_t",
+                        "ms", BENCH_INFO, NAN, 1);
+  rl.row[3] = bench_row("r4.late-loop.early",
+                        "10k delays of 10-100 ms, UVS_LOOP worker: runs "
+                        "before t_call + delay, worst run, vs uv_timer_t",
+                        "runs", BENCH_LE, 0.0, 1);
+  rp.row[0] = bench_row("r4.late-pool.p50",
+                        "10k delays of 10-100 ms, idle loop, UVS_POOL "
+                        "worker: lateness p50, vs uv_timer_t",
+                        "ms", BENCH_LE, 0.5, 1);
+  rp.row[1] = bench_row("r4.late-pool.p99",
+                        "10k delays of 10-100 ms, idle loop, UVS_POOL "
+                        "worker: lateness p99, vs uv_timer_t",
+                        "ms", BENCH_LE, 1.2, 1);
+  rp.row[2] = bench_row("r4.late-pool.max",
+                        "10k delays of 10-100 ms, idle loop, UVS_POOL "
+                        "worker: lateness max, vs uv_timer_t",
+                        "ms", BENCH_INFO, NAN, 1);
+  rp.row[3] = bench_row("r4.late-pool.early",
+                        "10k delays of 10-100 ms, UVS_POOL worker: runs "
+                        "before t_call + delay, worst run, vs uv_timer_t",
+                        "runs", BENCH_LE, 0.0, 1);
+  bench_row_agg(rl.row[3], BENCH_MAX);
+  bench_row_agg(rp.row[3], BENCH_MAX);
+
+  l = bench_alloc(1, sizeof(*l));
+  l->loop = &loop;
+  l->n = cfg->v03_late;
+  l->nbatches = (l->n + LATE_BATCH - 1) / LATE_BATCH;
+  l->tasks = bench_alloc(l->n, sizeof(*l->tasks));
+  l->off = bench_alloc(l->nbatches, sizeof(*l->off));
+  lat = bench_alloc(l->n, sizeof(*lat));
+  bench_loop_init(&loop);
+  if (uvs_sched_init(&loop, &sched, NULL) != 0 ||
+      uvs_worker_init(&sched, &workers[0], UVS_LOOP) != 0 ||
+      uvs_worker_init(&sched, &workers[1], UVS_POOL) != 0)
+    abort();
+  for (i = 0; i < l->n; i++) {
+    l->tasks[i].l = l;
+    uv_timer_init(&loop, &l->tasks[i].timer);
+    l->tasks[i].timer.data = &l->tasks[i];
+  }
+  /* Mean gap between wake-ups: the window over the batches. */
+  gap = (double) cfg->v03_late_window_ms * 1e6 / (double) l->nbatches;
+  printf(
+      "# r4: %zu tasks in batches of %d at Poisson instants over %u ms, "
+      "delays %u-%u ms\n",
+      l->n, LATE_BATCH, cfg->v03_late_window_ms, cfg->v03_late_min_ms,
+      cfg->v03_late_max_ms);
+  fflush(stdout);
+
+  for (run = 0; run < cfg->runs; run++) {
+    st = (0x1a7e + (uint64_t) run) | 1;
+    for (i = 0; i < l->n; i++)
+      l->tasks[i].delay_ms =
+          cfg->v03_late_min_ms +
+          bench_rand(&st) % (cfg->v03_late_max_ms - cfg->v03_late_min_ms + 1);
+    at = 0;
+    for (i = 0; i < l->nbatches; i++) {
+      u = (double) ((bench_rand(&st) >> 11) + 1) / 9007199254740992.0;
+      at += (uint64_t) (-log(u) * gap);
+      l->off[i] = at;
+    }
+    for (k = 0; k < 3; k++) {
+      v = bench_order(run, 3, k);
+      if (late_run_one(l, v < 2 ? &workers[v] : NULL, lat, &out[v], where[v]) !=
+          0)
+        out[v].p50 = out[v].p99 = out[v].max = out[v].early = NAN;
+      bench_note(cfg, where[v], run, out[v].p99, "ms late p99");
+    }
+    late_rows_add(&rl, out[0], out[2]);
+    late_rows_add(&rp, out[1], out[2]);
+  }
+
+  bench_check_stats(&sched, "r4");
+  bench_sched_close(&loop, &sched, "r4");
+  for (i = 0; i < l->n; i++) uv_close((uv_handle_t*) &l->tasks[i].timer, NULL);
+  bench_loop_close(&loop, "r4");
+  bench_free(lat);
+  bench_free(l->off);
+  bench_free(l->tasks);
+  bench_free(l);
+}
+
+
 void bench_v03(const bench_cfg_t* cfg) {
   v03_rearm(cfg);
   v03_idle(cfg);
+  v03_late(cfg);
 }
