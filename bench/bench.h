@@ -67,6 +67,8 @@ typedef struct bench_cfg_s {
   unsigned v03_late_min_ms;    /* r4: delays are min..max */
   unsigned v03_late_max_ms;    /* r4 */
   unsigned v03_late_window_ms; /* r4: the schedule calls arrive over this */
+  size_t v03_keys;             /* r5: keys on the width-4 worker */
+  size_t v03_per;              /* r5: tasks per key */
 } bench_cfg_t;
 
 

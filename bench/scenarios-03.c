@@ -7,7 +7,8 @@
  *       call);
  *   r3  a server's idle timeouts, re-armed on every read: loop CPU;
  *   r4  lateness of delayed tasks on an otherwise idle loop (guarantee 6),
- *       loop and pool workers, vs one uv_timer_t per task.
+ *       loop and pool workers, vs one uv_timer_t per task;
+ *   r5  per-key bounds that never trigger, vs none.
  * Costs of single calls are CPU time of the calling thread, so that a
  * thread preempted by other work on the machine is not charged for it.
  */
@@ -947,8 +948,88 @@ static void v03_late(const bench_cfg_t* cfg) {
 }
 
 
+/* ---- r5: per-key bounds that never trigger --------------------------------
+ *
+ * s10's load (keys x per tasks, task r of every key then task r + 1, on a
+ * width-4 pool worker, scheduled from the loop thread) on a worker with
+ * key_max_pending 16, which 10 tasks per key never reach, against the
+ * same worker without it. The figure is wall time per task from the first
+ * schedule to the last run.
+ */
+
+static void v03_key_bounds(const bench_cfg_t* cfg) {
+  static const char* const where[2] = {"r5 key_max_pending 16",
+                                       "r5 key_max_pending 0"};
+  uv_loop_t loop;
+  uvs_sched_t sched;
+  uvs_worker_t workers[2];
+  uvs_worker_options_t o;
+  uvs_worker_metrics_t m;
+  bench_keyed_t kd;
+  bench_row_t* row;
+  double ns[2];
+  double cpu[2][BENCH_MAX_RUNS];
+  size_t total;
+  int run;
+  int k;
+  int v;
+
+  row = bench_row("r5.key-bounds",
+                  "width-4 worker, 100k keys x 10 tasks, key_max_pending 16 "
+                  "(never full), vs 0: schedule to last run",
+                  "ns/task", BENCH_LE, 1.15, 0);
+
+  memset(&kd, 0, sizeof(kd));
+  kd.loop = &loop;
+  kd.keys = cfg->v03_keys;
+  kd.per = cfg->v03_per;
+  total = kd.keys * kd.per;
+  kd.tasks = bench_alloc(total, sizeof(*kd.tasks));
+  kd.lanes = bench_alloc(kd.keys, sizeof(*kd.lanes));
+  bench_loop_init(&loop);
+  if (uvs_sched_init(&loop, &sched, NULL) != 0)
+    abort();
+  memset(&o, 0, sizeof(o));
+  o.width = 4;
+  o.key_max_pending = 16;
+  o.on_full = UVS_FULL_REJECT;
+  if (uvs_worker_init_ex(&sched, &workers[0], UVS_POOL, &o) != 0)
+    abort();
+  o.key_max_pending = 0;
+  if (uvs_worker_init_ex(&sched, &workers[1], UVS_POOL, &o) != 0)
+    abort();
+
+  for (run = 0; run < cfg->runs; run++) {
+    for (k = 0; k < 2; k++) {
+      v = bench_order(run, 2, k);
+      kd.worker = &workers[v];
+      ns[v] = cpu[v][run] = NAN;
+      if (bench_keyed_run(&kd, where[v]) == 0) {
+        ns[v] = 1e9 / kd.rate;
+        cpu[v][run] = (double) kd.cpu / (double) total;
+      }
+      bench_note(cfg, where[v], run, ns[v], "ns/task");
+    }
+    bench_row_add(row, ns[0], ns[1]);
+  }
+  bench_figure("r5.cpu.bounded", bench_median(cpu[0], cfg->runs), "ns/task");
+  bench_figure("r5.cpu.unbounded", bench_median(cpu[1], cfg->runs), "ns/task");
+  if (uvs_worker_metrics(&workers[0], &m) == 0 &&
+      (m.rejected != 0 || m.dropped != 0))
+    bench_fail("r5: the bounded worker rejected %llu, dropped %llu",
+               (unsigned long long) m.rejected, (unsigned long long) m.dropped);
+
+  bench_check_stats(&sched, "r5");
+  bench_sched_close(&loop, &sched, "r5");
+  bench_loop_close(&loop, "r5");
+  bench_free(kd.lanes);
+  bench_free(kd.tasks);
+}
+
+
 void bench_v03(const bench_cfg_t* cfg) {
   v03_rearm(cfg);
   v03_idle(cfg);
   v03_late(cfg);
+  v03_key_bounds(cfg);
 }
