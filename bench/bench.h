@@ -69,6 +69,7 @@ typedef struct bench_cfg_s {
   unsigned v03_late_window_ms; /* r4: the schedule calls arrive over this */
   size_t v03_keys;             /* r5: keys on the width-4 worker */
   size_t v03_per;              /* r5: tasks per key */
+  size_t v03_stream;           /* r6: tasks */
 } bench_cfg_t;
 
 

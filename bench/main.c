@@ -52,7 +52,8 @@ typedef struct scenario_s {
 } scenario_t;
 
 static const scenario_t scenarios[] = {
-    {"r", "v03", "0.3: re-arm, idle timeouts, lateness, key bounds", bench_v03},
+    {"r", "v03", "0.3: re-arm, idle timeouts, lateness, key bounds, shedding",
+     bench_v03},
     {"u", "users", "users' view: head-of-line, server mix, dependency, keys",
      bench_users},
     {"s1", "pool-one", "one pool worker, tasks scheduled from the loop",
@@ -843,6 +844,7 @@ static void cfg_full(bench_cfg_t* c) {
   c->v03_late_window_ms = 100;
   c->v03_keys = 100000;
   c->v03_per = 10;
+  c->v03_stream = 1000000;
 }
 
 
@@ -890,6 +892,7 @@ static void cfg_smoke(bench_cfg_t* c) {
   c->v03_late_window_ms = 10;
   c->v03_keys = 2000;
   c->v03_per = 10;
+  c->v03_stream = 20000;
 }
 
 

@@ -8,7 +8,8 @@
  *   r3  a server's idle timeouts, re-armed on every read: loop CPU;
  *   r4  lateness of delayed tasks on an otherwise idle loop (guarantee 6),
  *       loop and pool workers, vs one uv_timer_t per task;
- *   r5  per-key bounds that never trigger, vs none.
+ *   r5  per-key bounds that never trigger, vs none;
+ *   r6  max_wait_ms that never sheds, vs none.
  * Costs of single calls are CPU time of the calling thread, so that a
  * thread preempted by other work on the machine is not charged for it.
  */
@@ -1027,9 +1028,150 @@ static void v03_key_bounds(const bench_cfg_t* cfg) {
 }
 
 
+/* ---- r6: max_wait_ms that never sheds -------------------------------------
+ *
+ * A stream of n empty tasks scheduled from the loop thread onto a serial
+ * pool worker with max_wait_ms 60000 (never reached), against the same
+ * worker without it. The tasks have a done_cb (the library never sheds a
+ * done-less task, and skips the check for one); the figure is wall time
+ * per task from the first schedule to the last done_cb.
+ */
+
+static void lanes_reset(bench_lane_t* lanes, size_t n, bench_count_t* c) {
+  size_t i;
+
+  for (i = 0; i < n; i++) {
+    lanes[i].next = 0;
+    lanes[i].bad = 0;
+    lanes[i].count = c;
+  }
+}
+
+
+typedef struct stream_s {
+  bench_lane_t lane; /* first: task->data points here */
+  bench_count_t count;
+  uint64_t n;
+  uint64_t done;  /* loop thread */
+  uint64_t bad;   /* hand-backs with a status */
+  uint64_t t_end; /* the last done_cb */
+} stream_t;
+
+
+static void stream_done(uvs_task_t* task, int status) {
+  stream_t* s;
+
+  s = task->data;
+  if (status != 0)
+    s->bad++;
+  if (++s->done == s->n)
+    s->t_end = uv_hrtime();
+}
+
+
+/* Returns ns per task, or NAN; *cpu gets process CPU per task. */
+static double stream_run(uv_loop_t* loop,
+                         uvs_worker_t* w,
+                         stream_t* s,
+                         bench_utask_t* tasks,
+                         double* cpu,
+                         const char* where) {
+  uint64_t cpu0;
+  uint64_t t0;
+  size_t i;
+  int err;
+
+  bench_count_reset(&s->count, s->n);
+  lanes_reset(&s->lane, 1, &s->count);
+  s->done = s->bad = s->t_end = 0;
+  bench_arm(where);
+  cpu0 = bench_process_cpu();
+  t0 = uv_hrtime();
+  for (i = 0; i < s->n; i++) {
+    uvs_task_init(&tasks[i].task, bench_utask_run, stream_done);
+    tasks[i].task.data = s;
+    tasks[i].seq = i;
+    err = uvs_schedule(w, &tasks[i].task);
+    if (err != 0) {
+      bench_fail("%s: uvs_schedule: %s", where, uv_strerror(err));
+      uv_run(loop, UV_RUN_DEFAULT);
+      return NAN;
+    }
+  }
+  uv_run(loop, UV_RUN_DEFAULT);
+  *cpu = (double) (bench_process_cpu() - cpu0) / (double) s->n;
+  if (s->done != s->n || s->bad != 0) {
+    bench_fail("%s: %llu of %llu tasks handed back, %llu with an error", where,
+               (unsigned long long) s->done, (unsigned long long) s->n,
+               (unsigned long long) s->bad);
+    return NAN;
+  }
+  bench_lanes_check(&s->lane, 1, s->n, where);
+  return (double) (s->t_end - t0) / (double) s->n;
+}
+
+
+static void v03_max_wait(const bench_cfg_t* cfg) {
+  static const char* const where[2] = {"r6 max_wait_ms 60000",
+                                       "r6 max_wait_ms 0"};
+  uv_loop_t loop;
+  uvs_sched_t sched;
+  uvs_worker_t workers[2];
+  uvs_worker_options_t o;
+  uvs_worker_metrics_t m;
+  stream_t s;
+  bench_utask_t* tasks;
+  bench_row_t* row;
+  double ns[2];
+  double cpu[2][BENCH_MAX_RUNS];
+  int run;
+  int k;
+  int v;
+
+  row = bench_row("r6.max-wait",
+                  "1M empty tasks with done_cb, serial pool worker, "
+                  "max_wait_ms 60000 (never sheds), vs 0",
+                  "ns/task", BENCH_LE, 1.1, 0);
+
+  memset(&s, 0, sizeof(s));
+  s.n = cfg->v03_stream;
+  tasks = bench_alloc(s.n, sizeof(*tasks));
+  bench_loop_init(&loop);
+  if (uvs_sched_init(&loop, &sched, NULL) != 0)
+    abort();
+  memset(&o, 0, sizeof(o));
+  o.max_wait_ms = 60000;
+  if (uvs_worker_init_ex(&sched, &workers[0], UVS_POOL, &o) != 0)
+    abort();
+  o.max_wait_ms = 0;
+  if (uvs_worker_init_ex(&sched, &workers[1], UVS_POOL, &o) != 0)
+    abort();
+
+  for (run = 0; run < cfg->runs; run++) {
+    for (k = 0; k < 2; k++) {
+      v = bench_order(run, 2, k);
+      ns[v] = stream_run(&loop, &workers[v], &s, tasks, &cpu[v][run], where[v]);
+      bench_note(cfg, where[v], run, ns[v], "ns/task");
+    }
+    bench_row_add(row, ns[0], ns[1]);
+  }
+  bench_figure("r6.cpu.max-wait", bench_median(cpu[0], cfg->runs), "ns/task");
+  bench_figure("r6.cpu.plain", bench_median(cpu[1], cfg->runs), "ns/task");
+  if (uvs_worker_metrics(&workers[0], &m) == 0 && m.expired != 0)
+    bench_fail("r6: %llu tasks shed with max_wait_ms 60000",
+               (unsigned long long) m.expired);
+
+  bench_check_stats(&sched, "r6");
+  bench_sched_close(&loop, &sched, "r6");
+  bench_loop_close(&loop, "r6");
+  bench_free(tasks);
+}
+
+
 void bench_v03(const bench_cfg_t* cfg) {
   v03_rearm(cfg);
   v03_idle(cfg);
   v03_late(cfg);
   v03_key_bounds(cfg);
+  v03_max_wait(cfg);
 }
