@@ -57,6 +57,19 @@ typedef struct bench_cfg_s {
   unsigned users_wait_ms;  /* u4: deadline of one dependency wait */
   size_t users_keys;       /* u5: keys on the width-4 worker */
   size_t users_per;        /* u5: tasks per key */
+
+  /* The 0.3 group (scenarios-03.c). */
+  size_t v03_pending;          /* r1, r2: delayed tasks, and active timers */
+  size_t v03_calls;            /* r1, r2: re-arms per repetition */
+  unsigned v03_rearm_min_ms;   /* r1, r2: delays are this..60 s */
+  size_t v03_conns;            /* r3: connections */
+  size_t v03_late;             /* r4: delayed tasks per variant */
+  unsigned v03_late_min_ms;    /* r4: delays are min..max */
+  unsigned v03_late_max_ms;    /* r4 */
+  unsigned v03_late_window_ms; /* r4: the schedule calls arrive over this */
+  size_t v03_keys;             /* r5: keys on the width-4 worker */
+  size_t v03_per;              /* r5: tasks per key */
+  size_t v03_stream;           /* r6: tasks */
 } bench_cfg_t;
 
 
@@ -389,8 +402,31 @@ int bench_loop_latency(uv_loop_t* loop,
                        const char* where);
 
 
+/* ---- shared scenario pieces (scenarios-keys.c) --------------------------- */
+
+/* s10's load: per tasks for each of keys keys (key i + 1), scheduled from
+ * the loop thread as task r of every key, then task r + 1, ... onto
+ * worker; runs the loop until the last run and checks each key's order
+ * (its lane). Returns 0, or -1 after bench_fail(). */
+typedef struct bench_keyed_s {
+  uv_loop_t* loop;
+  uvs_worker_t* worker;
+  bench_utask_t* tasks; /* keys * per */
+  bench_lane_t* lanes;  /* one per key */
+  size_t keys;
+  size_t per;
+  bench_count_t count;
+  /* out */
+  uint64_t cpu; /* process CPU, first schedule to uv_run's return */
+  double rate;  /* tasks per second, first schedule to last run */
+} bench_keyed_t;
+
+int bench_keyed_run(bench_keyed_t* k, const char* where);
+
+
 /* ---- scenarios ---------------------------------------------------------- */
 
+void bench_v03(const bench_cfg_t* cfg);              /* scenarios-03.c */
 void bench_users(const bench_cfg_t* cfg);            /* scenarios-users.c */
 void bench_s1_pool_one(const bench_cfg_t* cfg);      /* scenarios-pool.c */
 void bench_s2_pool_many(const bench_cfg_t* cfg);     /* scenarios-pool.c */

@@ -52,6 +52,8 @@ typedef struct scenario_s {
 } scenario_t;
 
 static const scenario_t scenarios[] = {
+    {"r", "v03", "0.3: re-arm, idle timeouts, lateness, key bounds, shedding",
+     bench_v03},
     {"u", "users", "users' view: head-of-line, server mix, dependency, keys",
      bench_users},
     {"s1", "pool-one", "one pool worker, tasks scheduled from the loop",
@@ -317,8 +319,11 @@ static summary_t row_summary(const bench_row_t* r) {
 
 /* The table lists rows by scenario number, then in the order they were
  * made (s1 and s3 also make rows of s9, measured under their load). The
- * users' rows (u1, u2, ...) come before all of them. */
+ * newest groups come first: the 0.3 rows (r1, r2, ...), then the users'
+ * rows (u1, u2, ...). */
 static int row_scenario(const bench_row_t* r) {
+  if (r->id[0] == 'r')
+    return -2;
   if (r->id[0] == 'u')
     return -1;
   return r->id[0] == 's' ? atoi(r->id + 1) : 0;
@@ -829,6 +834,17 @@ static void cfg_full(bench_cfg_t* c) {
   c->users_wait_ms = 250;
   c->users_keys = 100;
   c->users_per = 200;
+  c->v03_pending = 1000000;
+  c->v03_calls = 1000000;
+  c->v03_rearm_min_ms = 1000;
+  c->v03_conns = 100000;
+  c->v03_late = 10000;
+  c->v03_late_min_ms = 10;
+  c->v03_late_max_ms = 100;
+  c->v03_late_window_ms = 100;
+  c->v03_keys = 100000;
+  c->v03_per = 10;
+  c->v03_stream = 1000000;
 }
 
 
@@ -866,6 +882,17 @@ static void cfg_smoke(bench_cfg_t* c) {
   c->users_wait_ms = 250;
   c->users_keys = 10;
   c->users_per = 20;
+  c->v03_pending = 20000;
+  c->v03_calls = 20000;
+  c->v03_rearm_min_ms = 1;
+  c->v03_conns = 1000;
+  c->v03_late = 500;
+  c->v03_late_min_ms = 2;
+  c->v03_late_max_ms = 20;
+  c->v03_late_window_ms = 10;
+  c->v03_keys = 2000;
+  c->v03_per = 10;
+  c->v03_stream = 20000;
 }
 
 

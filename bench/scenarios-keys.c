@@ -72,23 +72,9 @@ void __wrap_free(void* p) {
 /* ---- s10: keyed lanes on a width-4 worker vs a serial worker ------------
  */
 
-typedef struct keyed_s {
-  uv_loop_t* loop;
-  uvs_worker_t* worker;
-  bench_utask_t* tasks;
-  bench_lane_t* lanes; /* one per key */
-  size_t keys;
-  size_t per;
-  bench_count_t count;
-  /* out */
-  uint64_t cpu;
-  double rate;
-} keyed_t;
-
-
 /* Task r of every key, then task r + 1 of every key: per tasks for each of
  * keys keys. Each key's runs must come in order (its lane). */
-static int keyed_run(keyed_t* k, const char* where) {
+int bench_keyed_run(bench_keyed_t* k, const char* where) {
   size_t total;
   size_t r;
   size_t i;
@@ -136,7 +122,7 @@ void bench_s10_keyed(const bench_cfg_t* cfg) {
   uvs_worker_t wide;
   uvs_worker_t serial;
   uvs_worker_options_t o;
-  keyed_t k;
+  bench_keyed_t k;
   bench_row_t* cost;
   bench_row_t* mem;
   double cw[BENCH_MAX_RUNS];
@@ -187,7 +173,7 @@ void bench_s10_keyed(const bench_cfg_t* cfg) {
         before = (double) __atomic_load_n(&live_bytes, __ATOMIC_RELAXED);
         blocks0 = __atomic_load_n(&live_blocks, __ATOMIC_RELAXED);
         a0 = uvs__alloc_count();
-        if (keyed_run(&k, "s10 keyed width 4") == 0) {
+        if (bench_keyed_run(&k, "s10 keyed width 4") == 0) {
           after = (double) __atomic_load_n(&live_bytes, __ATOMIC_RELAXED);
           blocks[run] =
               (double) (__atomic_load_n(&live_blocks, __ATOMIC_RELAXED) -
@@ -200,7 +186,7 @@ void bench_s10_keyed(const bench_cfg_t* cfg) {
         }
       } else {
         k.worker = &serial;
-        if (keyed_run(&k, "s10 keyed serial") == 0) {
+        if (bench_keyed_run(&k, "s10 keyed serial") == 0) {
           cs[run] = (double) k.cpu / (double) total;
           rs[run] = k.rate;
           bench_note(cfg, "s10.serial", run, cs[run], "ns/task");
