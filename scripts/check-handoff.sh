@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Verifies the hand-off models with spin (Debian package `spin`):
 #
-# - src/handoff.pml, a serial worker's idle/busy hand-off: safety
+# - model/handoff.pml, a serial worker's idle/busy hand-off: safety
 #   (assertions: one drain at a time, never listed twice; end states:
 #   nothing left in an idle worker) and the LTL property all_run under weak
 #   fairness;
-# - src/handoff-wide.pml, a wide worker's hand-off to its lanes: safety
+# - model/handoff-wide.pml, a wide worker's hand-off to its lanes: safety
 #   (assertions: at most WIDTH lanes and CAP drains, never listed twice,
 #   work conservation whenever only long tasks run, and when everything
 #   stopped nothing left queued) with the cap at the width and below it,
@@ -97,8 +97,8 @@ check_refs() {
   fi
 }
 
-check_refs "$here/src/handoff.pml"
-check_refs "$here/src/handoff-wide.pml"
+check_refs "$here/model/handoff.pml"
+check_refs "$here/model/handoff-wide.pml"
 
 command -v spin >/dev/null 2>&1 || { echo "spin not found (apt-get install spin)"; exit 1; }
 cc=${CC_PAN:-cc}
@@ -146,8 +146,8 @@ run() {
 
 spin -V | sed 's/^/# /'
 
-# The serial worker: src/handoff.pml.
-model="$here/src/handoff.pml"
+# The serial worker: model/handoff.pml.
+model="$here/model/handoff.pml"
 # Safety: assertions and invalid end states (the Quiescent process).
 run "safety (2 producers x 2, 1 timer push, budget 1)" pass "" "-DNOCLAIM" ""
 run "safety (3 producers x 1, 1 timer push, budget 2)" pass \
@@ -160,8 +160,8 @@ run "broken: after_drain without its second look" fail \
 run "broken: producer looks at the state before pushing" fail \
   "-DBROKEN_LOOK_FIRST" "-DNOCLAIM" ""
 
-# A wide worker (2 lanes): src/handoff-wide.pml.
-model="$here/src/handoff-wide.pml"
+# A wide worker (2 lanes): model/handoff-wide.pml.
+model="$here/model/handoff-wide.pml"
 # Safety, work conservation included, with the cap at the width and below.
 run "wide safety (2 producers x 2, 1 timer push, budget 1, cap 2)" pass \
   "" "-DNOCLAIM" ""
