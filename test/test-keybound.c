@@ -171,6 +171,8 @@ static int sched_new(int kidx) {
 }
 
 
+static int open_manual; /* the next open_loop() makes a manual clock */
+
 static void open_loop(int keep_alive) {
   uvs_sched_options_t so;
   int k;
@@ -186,6 +188,7 @@ static void open_loop(int keep_alive) {
   ASSERT_OK(uv_loop_init(&loop));
   memset(&so, 0, sizeof(so));
   so.keep_alive = keep_alive;
+  so.manual_clock = open_manual;
   ASSERT_OK(uvs_sched_init(&loop, &sched, &so));
 }
 
@@ -209,6 +212,8 @@ static void open_worker(unsigned width,
 static void metrics(uvs_worker_metrics_t* m) {
   ASSERT_OK(uvs_worker_metrics(&worker, m));
 }
+
+static uvs_worker_metrics_t m_scratch;
 
 
 /* Guarantee 10's identity, with nothing executing. */
@@ -692,6 +697,73 @@ TEST_IMPL(keybound_drop_oldest_never_running) {
   teardown();
   test_latch_destroy(&started);
   test_latch_destroy(&release);
+  return 0;
+}
+
+
+/* A periodic task is handed back once, always with UV_ECANCELED, when
+ * cancelled or closed (guarantee 3): one that fell due and waits queued
+ * under a full key (or on a full worker, 0.2) is not handed back with
+ * UV_ENOBUFS when DROP_OLDEST makes room for a new task. */
+static int per_done_calls;
+static int per_status;
+
+static void per_done(uvs_task_t* task, int status) {
+  (void) task;
+  ASSERT(test_on_thread(loop_thread));
+  per_done_calls++;
+  per_status = status;
+}
+
+
+static void drop_oldest_periodic(int per_key) {
+  uvs_worker_options_t o;
+  uvs_task_t per;
+  item_t* a;
+
+  open_manual = 1;
+  open_loop(0);
+  memset(&o, 0, sizeof(o));
+  o.on_full = UVS_FULL_DROP_OLDEST;
+  if (per_key) {
+    o.width = 2;
+    o.key_max_pending = 1;
+  } else {
+    o.max_pending = 1;
+  }
+  ASSERT_OK(uvs_worker_init_ex(&sched, &worker, UVS_POOL, &o));
+  hold_lanes(per_key ? 2 : 1);
+  ASSERT_OK(uvs_task_init(&per, item_run, per_done));
+  ASSERT_OK(uvs_task_set_key(&per, key_of(1)));
+  ASSERT_OK(uvs_schedule_every(&worker, &per, 10, 10));
+  ASSERT_OK(uvs_clock_advance(&sched, 10));
+  TEST_RUN_UNTIL(&loop, (metrics(&m_scratch), m_scratch.delayed == 0));
+  /* Due, queued behind the gates: the key (the worker) is full. */
+  a = new_item(1);
+  ASSERT_OK(uvs_schedule(&worker, &a->task));
+  test_settle(&loop);
+  if (per_done_calls != 0)
+    ASSERT_ERR(per_status, UV_ECANCELED);
+  ASSERT_EQ(per_done_calls, 0);
+  release_lanes();
+  TEST_RUN_UNTIL(&loop, ndone == 1);
+  ASSERT_OK(a->status);
+  test_settle(&loop);
+  ASSERT_EQ(per_done_calls, 0);
+  teardown();
+  ASSERT_EQ(per_done_calls, 1);
+  ASSERT_ERR(per_status, UV_ECANCELED);
+}
+
+
+TEST_IMPL(keybound_drop_oldest_periodic_key) {
+  drop_oldest_periodic(1);
+  return 0;
+}
+
+
+TEST_IMPL(keybound_drop_oldest_periodic_worker) {
+  drop_oldest_periodic(0);
   return 0;
 }
 
