@@ -628,6 +628,89 @@ TEST_IMPL(reschedule_same_ms_order_manual_pool) {
 }
 
 
+/* From a foreign thread on the manual clock: t_call is the clock's time. */
+static void manual_rearmer(void* arg) {
+  atomic_store((atomic_int*) arg, uvs_task_reschedule(&items[0].task, 10));
+}
+
+
+TEST_IMPL(reschedule_manual_foreign_thread) {
+  uv_thread_t thread;
+  atomic_int err;
+
+  setup(1, UVS_POOL);
+  init_items(1);
+  after(&items[0], 100);
+  advance(30);
+  atomic_store(&err, 1);
+  ASSERT_OK(uv_thread_create(&thread, manual_rearmer, &err));
+  ASSERT_OK(uv_thread_join(&thread));
+  ASSERT_OK(atomic_load(&err)); /* due at t0 + 40 */
+  advance(9);
+  test_settle(&loop);
+  ASSERT_EQ(atomic_load(&items[0].runs), 0);
+  advance(1);
+  TEST_RUN_UNTIL(&loop, ndone == 1);
+  ASSERT_UINT64_EQ(items[0].now_at_run[0], t0 + 40);
+  teardown();
+  return 0;
+}
+
+
+/* A task is delayed from the moment uvs_schedule_after returned 0, also
+ * when its own run_cb made that call: re-armed right after, from the same
+ * run_cb, it runs at the new time and hands back once. */
+static atomic_int own_after_err;
+static atomic_int own_rearm_err;
+
+static void after_then_rearm_run(uvs_task_t* task) {
+  item_run(task);
+  if (atomic_load(&items[0].runs) == 1) {
+    atomic_store(&own_after_err, uvs_schedule_after(&worker, task, 100));
+    atomic_store(&own_rearm_err, uvs_task_reschedule(task, 5));
+  }
+}
+
+
+static void own_run_after_then_rearm(uvs_where_t where) {
+  setup(1, where);
+  init_item(&items[0], 0, after_then_rearm_run, item_done);
+  atomic_store(&own_after_err, 1);
+  atomic_store(&own_rearm_err, 1);
+  ASSERT_OK(uvs_schedule(&worker, &items[0].task));
+  TEST_RUN_UNTIL(&loop, atomic_load(&items[0].runs) == 1);
+  test_settle(&loop);
+  ASSERT_OK(atomic_load(&own_after_err));
+  ASSERT_OK(atomic_load(&own_rearm_err));
+  ASSERT_EQ(ndone, 0); /* the first run handed nothing back */
+  advance(4);
+  test_settle(&loop);
+  ASSERT_EQ(atomic_load(&items[0].runs), 1);
+  advance(1);
+  TEST_RUN_UNTIL(&loop, ndone == 1);
+  ASSERT_EQ(atomic_load(&items[0].runs), 2);
+  ASSERT_UINT64_EQ(items[0].now_at_run[1], t0 + 5);
+  ASSERT_OK(items[0].status);
+  advance(100);
+  test_settle(&loop);
+  ASSERT_EQ(atomic_load(&items[0].runs), 2);
+  teardown();
+  ASSERT_EQ(items[0].done_calls, 1);
+}
+
+
+TEST_IMPL(reschedule_own_run_after_then_rearm_loop) {
+  own_run_after_then_rearm(UVS_LOOP);
+  return 0;
+}
+
+
+TEST_IMPL(reschedule_own_run_after_then_rearm_pool) {
+  own_run_after_then_rearm(UVS_POOL);
+  return 0;
+}
+
+
 /* ---- the real clock ----------------------------------------------------- */
 
 /* Never early: 30 tasks due in 1.5 s are re-armed, in reverse order, to
