@@ -44,6 +44,20 @@
  *   - every schedule, post or close made after a worker's close returned is
  *     answered UV_ESHUTDOWN (UV_EINVAL for the close);
  *   - uvs_now() never decreases and is never ahead of uv_hrtime();
+ *   - 0.3: uvs_task_reschedule on any task of the producer answers 0 only
+ *     for one in custody on an open worker, UV_EBUSY or UV_ESHUTDOWN for
+ *     one in custody, UV_EBUSY for one handed back, UV_EINVAL for one never
+ *     scheduled or a delay above 2^40; a task re-armed with 0 runs no
+ *     earlier than that call's t_call + delay (a periodic one: its grid
+ *     restarts, and is no longer checked point by point);
+ *   - 0.3: the wide worker is sometimes made with key_max_pending (2 to 5)
+ *     and one of the three on_full policies: a schedule of a keyed task
+ *     onto it may answer UV_EAGAIN (REJECT, BLOCK, or a BLOCK wait on the
+ *     loop thread) or UV_ETIMEDOUT (a foreign producer's 2 ms
+ *     uvs_schedule_wait under BLOCK), and with DROP_OLDEST a task that
+ *     never ran may come back with UV_ENOBUFS; key_space_cb comes on the
+ *     loop thread, for that worker and a key a task had; the per-key
+ *     order and overlap checks hold as before;
  *   - at the end, after both schedulers closed: nothing left in custody,
  *     every post ran or was dropped by a close (from the stats), and the
  *     stats agree with what the callbacks saw.
@@ -120,6 +134,11 @@ typedef struct {
   long key_close_cut[NPROD][NKEY];
   atomic_int inflight_max;
   atomic_long keyed_runs;
+  /* Wide only, 0.3: per-key bound of this incarnation (0: none) and its
+   * policy; written with the slot's write lock, before init. */
+  int key_max;
+  uvs_full_t on_full;
+  atomic_long key_space_calls;
 } slot_t;
 
 typedef struct {
@@ -134,6 +153,12 @@ typedef struct {
   uint64_t t_call;
   uint64_t delay;
   uint64_t period;
+  /* 0.3: what a run must respect, set by whoever sets the due time (a
+   * schedule, a re-arm that answered 0, a self re-schedule), under blk;
+   * after a re-arm a periodic task's grid is no longer checked. */
+  uv_mutex_t blk;
+  uint64_t after_bound; /* ns */
+  int regrid;
   int runs; /* in the current schedule (periodic: all its runs) */
   int status;
   int cancel_ok;
@@ -154,6 +179,9 @@ typedef struct {
   long task_accepts;
   long cancels_ok;
   long shutdowns;
+  long rearms_ok;
+  long rearms_busy;
+  long full_answers; /* UV_EAGAIN and UV_ETIMEDOUT from bounded keys */
   uint64_t last_now;
 } producer_t;
 
@@ -169,6 +197,7 @@ static atomic_int scheds_closing; /* set after both uvs_sched_close returned */
 static int stopped;
 
 static atomic_long task_runs;
+static long dones_enobufs; /* loop thread */
 static atomic_long post_runs;
 static atomic_long self_accepts;
 static long dones_ok;        /* loop thread */
@@ -284,8 +313,10 @@ static void check_order(slot_t* sl, int owner, long seq, int kidx) {
 static void run_cb(uvs_task_t* task) {
   stask_t* t;
   slot_t* sl;
+  uint64_t bound;
   uint64_t now;
   uint64_t r;
+  int regrid;
   int err;
 
   t = TEST_CONTAINER_OF(task, stask_t, task);
@@ -293,9 +324,13 @@ static void run_cb(uvs_task_t* task) {
   enter_run(sl, t->kidx);
   check_order(sl, t->owner, t->seq, t->kidx);
   now = uv_hrtime();
+  uv_mutex_lock(&t->blk);
+  bound = t->after_bound;
+  regrid = t->regrid;
+  uv_mutex_unlock(&t->blk);
   if (t->kind == K_AFTER)
-    ASSERT_UINT64_GE(now, t->t_call + t->delay * 1000000u);
-  else if (t->kind == K_EVERY)
+    ASSERT_UINT64_GE(now, bound);
+  else if (t->kind == K_EVERY && !regrid)
     ASSERT_UINT64_GE(
         now,
         t->t_call + (t->delay + (uint64_t) t->runs * t->period) * 1000000u);
@@ -321,6 +356,9 @@ static void run_cb(uvs_task_t* task) {
     t->kind = (r >> 24) & 1 ? K_AFTER : K_NOW;
     t->delay = (r >> 25) % 3;
     t->t_call = uv_hrtime();
+    uv_mutex_lock(&t->blk);
+    t->after_bound = t->t_call + t->delay * 1000000u;
+    uv_mutex_unlock(&t->blk);
     if (t->kind == K_AFTER)
       err = uvs_schedule_after(&sl->worker, task, t->delay);
     else
@@ -328,7 +366,10 @@ static void run_cb(uvs_task_t* task) {
     if (err == 0) {
       atomic_fetch_add(&self_accepts, 1);
     } else {
-      ASSERT_ERR(err, UV_ESHUTDOWN);
+      /* A bounded key may be full (K_NOW onto REJECT or BLOCK). */
+      if (err != UV_EAGAIN || t->kind != K_NOW || t->kidx == 0 ||
+          sl->key_max == 0 || sl->on_full == UVS_FULL_DROP_OLDEST)
+        ASSERT_ERR(err, UV_ESHUTDOWN);
       /* Not accepted: this run hands the task back with 0. */
       t->runs = 1;
       t->kind = K_NOW;
@@ -369,7 +410,14 @@ static void done_cb(uvs_task_t* task, int status) {
     ASSERT_GT(t->seq, sl->done_seq[t->owner][k]);
     sl->done_seq[t->owner][k] = t->seq;
   }
-  if (t->kind == K_EVERY) {
+  if (status == UV_ENOBUFS) {
+    /* Evicted for a full key: only with DROP_OLDEST, never after a run.
+     * (A periodic task so evicted breaks guarantee 3; test-keybound.c pins
+     * that, and it is let through here.) */
+    ASSERT(sl->key_max != 0 && sl->on_full == UVS_FULL_DROP_OLDEST);
+    ASSERT(t->kind == K_EVERY || t->runs == 0);
+    dones_enobufs++;
+  } else if (t->kind == K_EVERY) {
     ASSERT_ERR(status, UV_ECANCELED);
   } else if (status == 0) {
     ASSERT_EQ(t->runs, 1);
@@ -389,6 +437,22 @@ static void done_cb(uvs_task_t* task, int status) {
   st = atomic_load(&t->state);
   do ASSERT(st == T_SUBMIT || st == T_CUSTODY);
   while (!atomic_compare_exchange_strong(&t->state, &st, T_RETURNED));
+}
+
+
+static void key_space_cb(uvs_worker_t* w, uint64_t key) {
+  slot_t* sl;
+  int k;
+
+  ASSERT(on_loop_thread());
+  sl = TEST_CONTAINER_OF(w, slot_t, worker);
+  ASSERT(sl >= slots && sl < slots + NSLOTS);
+  ASSERT_GT(sl->width, 1);
+  ASSERT_NE(sl->key_max, 0);
+  for (k = 1; k < NKEY && key_values[k] != key; k++) {
+  }
+  ASSERT_LT(k, NKEY);
+  atomic_fetch_add(&sl->key_space_calls, 1);
 }
 
 
@@ -545,13 +609,30 @@ static void op_schedule(producer_t* p, int pi, int kind) {
   t->status = 1;
   atomic_store(&t->state, T_SUBMIT);
   t->t_call = uv_hrtime();
-  if (kind == K_NOW)
+  uv_mutex_lock(&t->blk);
+  t->after_bound = t->t_call + t->delay * 1000000u;
+  t->regrid = 0;
+  uv_mutex_unlock(&t->blk);
+  if (kind == K_NOW && sl->key_max != 0 && sl->on_full == UVS_FULL_BLOCK &&
+      (r >> 28) & 1)
+    err = uvs_schedule_wait(&sl->worker, &t->task, 2);
+  else if (kind == K_NOW)
     err = uvs_schedule(&sl->worker, &t->task);
   else if (kind == K_AFTER)
     err = uvs_schedule_after(&sl->worker, &t->task, t->delay);
   else
     err = uvs_schedule_every(&sl->worker, &t->task, t->delay, t->period);
-  check_shutdown(p, phase, err);
+  if ((err == UV_EAGAIN || err == UV_ETIMEDOUT) && kind == K_NOW &&
+      t->kidx != 0 && sl->key_max != 0 &&
+      sl->on_full != UVS_FULL_DROP_OLDEST) {
+    /* The task's key is full: nothing accepted. UV_ETIMEDOUT only from a
+     * wait, which blocks foreign threads only. */
+    if (err == UV_ETIMEDOUT)
+      ASSERT(sl->on_full == UVS_FULL_BLOCK && !on_loop_thread());
+    p->full_answers++;
+  } else {
+    check_shutdown(p, phase, err);
+  }
   if (err == 0) {
     t->accepts++;
     t->ever_accepted = 1;
@@ -641,6 +722,55 @@ static void op_cancel_periodic(producer_t* p) {
 }
 
 
+/* 0.3: re-arms any task of the producer's, in custody or not. */
+static void op_reschedule(producer_t* p) {
+  stask_t* t;
+  slot_t* sl;
+  uint64_t t_call;
+  uint64_t delay;
+  unsigned r;
+  int phase;
+  int st;
+  int err;
+
+  r = rnd(p);
+  t = &p->tasks[r % NTASK];
+  delay = (r >> 8) % 64 == 0 ? ((uint64_t) 1 << 40) + 1 : (r >> 14) % 12;
+  /* The slot's read lock keeps its worker from being re-created while the
+   * call may still look at it (as for cancel). */
+  sl = &slots[t->slot];
+  uv_rwlock_rdlock(&sl->lock);
+  st = atomic_load(&t->state);
+  phase =
+      atomic_load(&scheds_closing) ? S_SCHED_CLOSED : atomic_load(&sl->phase);
+  /* The bound is set under blk with the call, so that a run reads it
+   * before the call or after its answer is known. */
+  uv_mutex_lock(&t->blk);
+  t_call = uv_hrtime();
+  err = uvs_task_reschedule(&t->task, delay);
+  if (err == 0) {
+    t->after_bound = t_call + delay * 1000000u;
+    t->regrid = 1;
+  }
+  uv_mutex_unlock(&t->blk);
+  if (delay > ((uint64_t) 1 << 40) || (st == T_FREE && !t->ever_accepted)) {
+    ASSERT_ERR(err, UV_EINVAL);
+  } else if (st == T_FREE || st == T_RETURNED) {
+    ASSERT_ERR(err, UV_EBUSY);
+  } else if (err == 0) {
+    /* Only a task in custody on an open worker. */
+    ASSERT_EQ(st, T_CUSTODY);
+    ASSERT(phase == S_OPEN || phase == S_CLAIMED);
+    p->rearms_ok++;
+  } else {
+    if (err != UV_ESHUTDOWN)
+      ASSERT_ERR(err, UV_EBUSY);
+    p->rearms_busy++;
+  }
+  uv_rwlock_rdunlock(&sl->lock);
+}
+
+
 static void op_close(producer_t* p) {
   slot_t* sl;
   unsigned r;
@@ -677,14 +807,20 @@ static void op_close(producer_t* p) {
 /* A serial worker with uvs_worker_init; a wide one with
  * uvs_worker_init_ex, with or without metrics (another path through the
  * lanes). */
-static int init_worker(slot_t* sl, int metrics) {
+static int init_worker(slot_t* sl, int metrics, unsigned bounds) {
   uvs_worker_options_t o;
 
   if (sl->width == 1)
     return uvs_worker_init(&scheds[sl->sched], &sl->worker, sl->where);
+  /* 0.3: half the time a per-key bound of 2 to 5, with any policy. */
+  sl->key_max = bounds & 1 ? 2 + (int) ((bounds >> 1) % 4) : 0;
+  sl->on_full = (uvs_full_t) ((bounds >> 3) % 3);
   memset(&o, 0, sizeof(o));
   o.width = (unsigned) sl->width;
   o.metrics = metrics;
+  o.key_max_pending = (size_t) sl->key_max;
+  o.on_full = sl->on_full;
+  o.key_space_cb = key_space_cb;
   return uvs_worker_init_ex(&scheds[sl->sched], &sl->worker, sl->where, &o);
 }
 
@@ -701,7 +837,7 @@ static void op_recreate(producer_t* p) {
   phase = S_CLOSED;
   if (atomic_compare_exchange_strong(&sl->phase, &phase, S_INIT)) {
     int closing = atomic_load(&scheds_closing);
-    int err = init_worker(sl, (int) (rnd(p) & 1));
+    int err = init_worker(sl, (int) (rnd(p) & 1), rnd(p));
     if (closing)
       ASSERT_ERR(err, UV_ESHUTDOWN);
     else if (err != 0)
@@ -747,6 +883,8 @@ static void one_op(producer_t* p, int pi) {
     op_close(p);
   else if (r < 9600)
     op_recreate(p);
+  else if (r < 9850)
+    op_reschedule(p);
   else
     check_now(p);
 }
@@ -869,12 +1007,21 @@ static void final_checks(void) {
     long ops = 0;
     long cancels = 0;
     long shut = 0;
+    long rearms_ok = 0;
+    long rearms_busy = 0;
+    long full = 0;
     for (i = 0; i < NSLOTS; i++) closes += atomic_load(&slots[i].closes);
     for (i = 0; i < NPROD; i++) {
       ops += prods[i].ops;
       cancels += prods[i].cancels_ok;
       shut += prods[i].shutdowns;
+      rearms_ok += prods[i].rearms_ok;
+      rearms_busy += prods[i].rearms_busy;
+      full += prods[i].full_answers;
     }
+    printf("# re-arms: %ld answered 0, %ld UV_EBUSY or UV_ESHUTDOWN; full keys: "
+           "%ld UV_EAGAIN or UV_ETIMEDOUT, %ld UV_ENOBUFS\n",
+           rearms_ok, rearms_busy, full, dones_enobufs);
     printf(
         "# %.1f s, seed %lu: %ld ops, %ld task runs, %ld posts run, "
         "%ld tasks accepted (+%ld from run_cb), %ld posts accepted, "
@@ -893,9 +1040,10 @@ static void final_checks(void) {
         continue;
       printf(
           "# wide slot %d (scheduler %d): %ld keyed runs, at most %d at "
-          "once\n",
+          "once, %ld key_space_cb\n",
           i, slots[i].sched, atomic_load(&slots[i].keyed_runs),
-          atomic_load(&slots[i].inflight_max));
+          atomic_load(&slots[i].inflight_max),
+          atomic_load(&slots[i].key_space_calls));
     }
   }
 }
@@ -962,12 +1110,13 @@ int main(int argc, char** argv) {
         sl->key_close_cut[j][k] = LONG_MAX;
       }
     }
-    ASSERT_OK(init_worker(sl, i & 1));
+    ASSERT_OK(init_worker(sl, i & 1, (unsigned) (seed >> (i % 8))));
   }
   for (i = 0; i < NPROD; i++) {
     prods[i].rng = seed * 0x9e3779b97f4a7c15ull + (uint64_t) i * 7919 + 1;
     for (j = 0; j < NTASK; j++) {
       prods[i].tasks[j].owner = i;
+      ASSERT_OK(uv_mutex_init(&prods[i].tasks[j].blk));
       ASSERT_OK(uvs_task_init(&prods[i].tasks[j].task, run_cb, done_cb));
     }
   }
@@ -987,6 +1136,8 @@ int main(int argc, char** argv) {
   ASSERT_EQ(scheds_closed, NSCHED);
   final_checks();
   for (i = 0; i < NSLOTS; i++) uv_rwlock_destroy(&slots[i].lock);
+  for (i = 0; i < NPROD; i++)
+    for (j = 0; j < NTASK; j++) uv_mutex_destroy(&prods[i].tasks[j].blk);
   ASSERT_OK(uv_loop_close(&loop));
   printf("ok 1 - stress_random\n");
   return 0;
