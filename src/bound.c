@@ -94,6 +94,12 @@ static void owe_cb(uvs_worker_t* w, unsigned what) {
 
 void uvs__evicted(uvs_worker_t* w, uvs_task_t* t) {
   uvs__unqueued(w);
+  /* A periodic task is only ever handed back cancelled (guarantee 3):
+   * evicted, it skips this grid point instead. */
+  if (uvs__load_rlx(&t->state) & UVS__T_PERIODIC) {
+    uvs__skip_grid_point(w, t);
+    return;
+  }
   w->ndropped++;
   uvs__drop(w->sched, t, UV_ENOBUFS);
 }
@@ -295,11 +301,14 @@ uint64_t uvs_hist_quantile(const uvs_hist_t* h, double q) {
   for (k = 0; k < 24; k++) n += h->bucket[k];
   if (n == 0)
     return 0;
-  /* max(1, ceil(q * n)), computed so that q * n never rounds past n. */
+  /* max(1, ceil(q * n)), computed so that q * n never rounds past n, and
+   * q = 1 exactly (a double holds counts to 2^53 only). */
   x = q * (double) n;
   want = (uint64_t) x;
   if ((double) want < x)
     want++;
+  if (q == 1.0)
+    want = n;
   if (want < 1)
     want = 1;
   if (want > n)

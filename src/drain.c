@@ -119,9 +119,7 @@ static void shed(uvs_sched_t* s,
     uvs__drop(s, t, UV_ECANCELED);
     return;
   }
-  t->due = uvs__grid_latest(t, uvs__clock_ms(s)) + t->period;
-  uvs__task_update(t, UVS__T_MASK, UVS__T_DELAYED);
-  uvs__delay(w, t);
+  uvs__skip_grid_point(w, t);
 }
 
 
@@ -147,16 +145,19 @@ static inline __attribute__((always_inline)) void run_one(uvs_sched_t* s,
 
   st = uvs__load_acq(&t->state);
   if (t->done_cb == NULL) {
-    /* Custody ends as run_cb is entered: count it now and never touch the
-     * task again (a post node is ours: it is recycled after the run). */
+    /* Custody ends as run_cb is entered: never touch the task again (a
+     * post node is ours: it is recycled after the run). It is counted as
+     * ended once the run is over, so that while it runs it is pending and
+     * running, as a task with a done_cb is, and the worker's derived
+     * queued count (uvs_worker_metrics) doesn't take it off twice. */
     uvs__bump(c.ran);
-    uvs__bump(c.ended);
     if (!(st & UVS__T_POST))
       uvs__store_rel(&t->state, UVS__T_FINISHED);
     uvs__tls.current = t;
     uvs__tls.rescheduled = 0;
     t->run_cb(t);
     uvs__tls.current = NULL;
+    uvs__bump(c.ended);
     if (st & UVS__T_POST)
       uvs__queue_push(posts, &t->node);
     return;
@@ -397,6 +398,11 @@ static unsigned turn(uvs_worker_t* w,
       break;
     }
 
+    /* A lane looks at its slice before it picks, not after: a picked task
+     * has left its key's count (keys.c), and one put back would count in
+     * again after a producer may have filled the room it seemed to make. */
+    if (lane != NULL && check && slice_over(sl))
+      break;
     max = budget - ran < batch_max ? budget - ran : batch_max;
     n = fill(w, lane, slots, max);
     if (n == 0) {
@@ -412,7 +418,7 @@ static unsigned turn(uvs_worker_t* w,
 
     for (i = 0; i < n; i++) {
       /* No task starts once the slice has passed. */
-      if (check && slice_over(sl)) {
+      if (lane == NULL && check && slice_over(sl)) {
         over = 1;
         break;
       }

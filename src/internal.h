@@ -440,10 +440,7 @@ void uvs__worker_push(uvs_worker_t* worker, uvs_task_t* task, int requeue);
  * queue behind its key, and the worker wants a lane if one is free. Lock
  * held. */
 void uvs__worker_file(uvs_worker_t* worker, uvs_task_t* task);
-/* A delayed task enters, or leaves, the wheel and its worker's delayed
- * list together (lock held); uvs__due() queues one that fell due. */
-void uvs__delay(uvs_worker_t* worker, uvs_task_t* task);
-void uvs__undelay(uvs_worker_t* worker, uvs_task_t* task);
+/* Queues a delayed task that fell due (lock held). */
 void uvs__due(uvs_worker_t* worker, uvs_task_t* task);
 /* Cancels a queued or delayed task of worker (lock held): 0, or UV_EBUSY if
  * a drain already took it. */
@@ -548,6 +545,16 @@ static inline int uvs__stale(const uvs_worker_t* w, const uvs_task_t* t) {
   waited = (uint32_t) (uvs__hrtime_late() / 1000) - (uint32_t) t->status;
   return waited > w->max_wait_us;
 }
+
+/* ---- delay.c: delayed tasks -------------------------------------------- */
+/* A delayed task enters, or leaves, the wheel and its worker's delayed
+ * list together (lock held). */
+void uvs__delay(uvs_worker_t* worker, uvs_task_t* task);
+void uvs__undelay(uvs_worker_t* worker, uvs_task_t* task);
+/* A periodic task that can't run at this grid point (its worker full, or
+ * the run shed) goes back to the wheel for the next grid point after now,
+ * handed back to nobody (lock held). */
+void uvs__skip_grid_point(uvs_worker_t* worker, uvs_task_t* task);
 
 /* ---- handback.c -------------------------------------------------------- */
 /* Ends the library's custody of a task that is linked nowhere: the

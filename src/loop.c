@@ -101,7 +101,6 @@ void uvs__kick(uvs_sched_t* s) {
 static void fire(void* ctx, uvs_task_t* t) {
   uvs_worker_t* w;
   uvs_sched_t* s;
-  uint64_t now;
 
   w = t->worker;
   s = w->sched;
@@ -114,9 +113,7 @@ static void fire(void* ctx, uvs_task_t* t) {
     /* Full, and the worker rejects: a periodic task skips this grid
      * point, a one-shot is handed back. */
     if (uvs__load_rlx(&t->state) & UVS__T_PERIODIC) {
-      now = uvs__clock_ms(s);
-      t->due = uvs__grid_latest(t, now) + t->period;
-      uvs__delay(w, t);
+      uvs__skip_grid_point(w, t);
     } else {
       w->ndropped++;
       uvs__drop(s, t, UV_ENOBUFS);

@@ -412,6 +412,23 @@ static int cancel(uvs_task_t* t, uvs__hazard_t* hz) {
 }
 
 
+/* Is t on its way back from a worker or scheduler that is closing: handed
+ * back, its done_cb not called yet? The worker named in hz is alive while
+ * the task has not been delivered (its close completes after that). */
+static int closing_holds(uvs_task_t* t, uvs__hazard_t* hz) {
+  uvs_worker_t* w;
+
+  if ((uvs__load_acq(&t->state) & UVS__T_MASK) != UVS__T_HANDBACK)
+    return 0;
+  w = uvs__load_acq(&t->worker);
+  uvs__hazard_protect(hz, w);
+  if ((uvs__load_acq(&t->state) & UVS__T_MASK) != UVS__T_HANDBACK ||
+      uvs__load_acq(&t->worker) != w)
+    return 0;
+  return uvs__shut(w->sched, w);
+}
+
+
 static int reschedule(uvs_task_t* t, uvs__hazard_t* hz, uint64_t delay) {
   uvs_worker_t* w;
   uvs_sched_t* s;
@@ -421,6 +438,8 @@ static int reschedule(uvs_task_t* t, uvs__hazard_t* hz, uint64_t delay) {
 
   t_call = uvs__hrtime_late();
   err = lock_custody(t, hz, &s, &st);
+  if (err == UV_EBUSY && closing_holds(t, hz))
+    return UV_ESHUTDOWN; /* it comes back as the close decides */
   if (err != 0)
     return err;
   w = t->worker;

@@ -440,33 +440,6 @@ void uvs__turn_ended(uvs_worker_t* w) {
 }
 
 
-static void timer_needed(uvs_sched_t* s, uint64_t due) {
-  if (due < s->timer_due && due < s->timer_asked) {
-    s->timer_asked = due;
-    uvs__kick(s);
-  }
-}
-
-
-void uvs__delay(uvs_worker_t* w, uvs_task_t* t) {
-  if (t->period != 0)
-    t->status = 0; /* its grid is on whole ms (uvs__due_us) */
-  uvs__timers_insert(w->sched->timers, t);
-  uvs__queue_push(&w->delayed, &t->node);
-  w->ndelayed++;
-  timer_needed(w->sched, t->due);
-}
-
-
-void uvs__undelay(uvs_worker_t* w, uvs_task_t* t) {
-  /* The wheel has let go of a task that fell due already: its link is
-   * unlinked, and removing it again changes nothing. */
-  uvs__timers_remove(w->sched->timers, t);
-  uvs__queue_remove(&t->node);
-  w->ndelayed--;
-}
-
-
 void uvs__due(uvs_worker_t* w, uvs_task_t* t) {
   uvs__task_update(t, UVS__T_MASK, UVS__T_QUEUED);
   uvs__mark_ready(w, t);
