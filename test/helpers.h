@@ -50,7 +50,9 @@ static inline int test_latch_count(test_latch_t* l) {
 
 /* Waits until the count reaches want or timeout_ms passes; returns whether
  * it reached want. */
-static inline int test_latch_wait(test_latch_t* l, int want, uint64_t timeout_ms) {
+static inline int test_latch_wait(test_latch_t* l,
+                                  int want,
+                                  uint64_t timeout_ms) {
   uint64_t end;
   uint64_t now;
   int ok;
@@ -76,8 +78,8 @@ typedef struct {
   test_latch_t* started;
   test_latch_t* release;
   int need;
-  uint64_t t_start; /* uv_hrtime() when its run_cb began */
-  uint64_t t_end;   /* ... and when it let go */
+  uint64_t t_start;              /* uv_hrtime() when its run_cb began */
+  uint64_t t_end;                /* ... and when it let go */
   void (*before_end)(void* arg); /* called just before it lets go */
   void* arg;
 } test_gate_t;
@@ -108,15 +110,15 @@ static inline void test_gate_init(test_gate_t* g,
 
 /* Turns the loop (without blocking in it) until cond holds, for at most
  * TEST_WAIT_MS; pool threads get a moment between turns. */
-#define TEST_RUN_UNTIL(loop, cond)                                 \
-  do {                                                             \
-    uint64_t end_ = test_hrtime_ms() + TEST_WAIT_MS;               \
-    while (!(cond) && test_hrtime_ms() < end_) {                   \
-      uv_run((loop), UV_RUN_NOWAIT);                               \
-      if (!(cond))                                                 \
-        uv_sleep(1);                                               \
-    }                                                              \
-    ASSERT(cond);                                                  \
+#define TEST_RUN_UNTIL(loop, cond)                   \
+  do {                                               \
+    uint64_t end_ = test_hrtime_ms() + TEST_WAIT_MS; \
+    while (!(cond) && test_hrtime_ms() < end_) {     \
+      uv_run((loop), UV_RUN_NOWAIT);                 \
+      if (!(cond))                                   \
+        uv_sleep(1);                                 \
+    }                                                \
+    ASSERT(cond);                                    \
   } while (0)
 
 /* A few turns of the loop with pool threads given a moment: for checks

@@ -623,8 +623,7 @@ static void op_schedule(producer_t* p, int pi, int kind) {
   else
     err = uvs_schedule_every(&sl->worker, &t->task, t->delay, t->period);
   if ((err == UV_EAGAIN || err == UV_ETIMEDOUT) && kind == K_NOW &&
-      t->kidx != 0 && sl->key_max != 0 &&
-      sl->on_full != UVS_FULL_DROP_OLDEST) {
+      t->kidx != 0 && sl->key_max != 0 && sl->on_full != UVS_FULL_DROP_OLDEST) {
     /* The task's key is full: nothing accepted. UV_ETIMEDOUT only from a
      * wait, which blocks foreign threads only. */
     if (err == UV_ETIMEDOUT)
@@ -1019,9 +1018,10 @@ static void final_checks(void) {
       rearms_busy += prods[i].rearms_busy;
       full += prods[i].full_answers;
     }
-    printf("# re-arms: %ld answered 0, %ld UV_EBUSY or UV_ESHUTDOWN; full keys: "
-           "%ld UV_EAGAIN or UV_ETIMEDOUT, %ld UV_ENOBUFS\n",
-           rearms_ok, rearms_busy, full, dones_enobufs);
+    printf(
+        "# re-arms: %ld answered 0, %ld UV_EBUSY or UV_ESHUTDOWN; full keys: "
+        "%ld UV_EAGAIN or UV_ETIMEDOUT, %ld UV_ENOBUFS\n",
+        rearms_ok, rearms_busy, full, dones_enobufs);
     printf(
         "# %.1f s, seed %lu: %ld ops, %ld task runs, %ld posts run, "
         "%ld tasks accepted (+%ld from run_cb), %ld posts accepted, "

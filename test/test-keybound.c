@@ -359,7 +359,8 @@ TEST_IMPL(keybound_reject) {
 }
 
 
-/* ---- key_space_cb ---------------------------------------------------------- */
+/* ---- key_space_cb ----------------------------------------------------------
+ */
 
 /* A key found full gets key_space_cb when its queued count falls to m / 2
  * (rounded down), not before, and once. Tasks of the key are gates that
@@ -888,7 +889,8 @@ TEST_IMPL(keybound_block_timeout) {
 }
 
 
-/* ---- with max_pending ------------------------------------------------------ */
+/* ---- with max_pending ------------------------------------------------------
+ */
 
 /* Both bounds: a key at its bound rejects its own tasks; a worker at
  * max_pending rejects everything, keyless tasks and posts included, and
@@ -1028,8 +1030,8 @@ static void keyed_producers(uvs_full_t policy) {
   ASSERT_EQ(atomic_load(&kp_bad), 0);
   ASSERT_EQ(ndone, atomic_load(&kp_accepted));
   ASSERT_EQ(ndone + atomic_load(&kp_rejected), kp_total);
-  printf("# %d handed back (%d ENOBUFS), %d rejected, %d key_space_cb\n",
-         ndone, nenobufs, atomic_load(&kp_rejected), ks_calls);
+  printf("# %d handed back (%d ENOBUFS), %d rejected, %d key_space_cb\n", ndone,
+         nenobufs, atomic_load(&kp_rejected), ks_calls);
   for (i = 0; i < kp_total; i++) ASSERT_LE(items[i].done_calls, 1);
   ASSERT_OK(uvs_worker_metrics(&worker, &m));
   ASSERT_UINT64_EQ(m.dropped, nenobufs);
@@ -1060,7 +1062,8 @@ TEST_IMPL(keybound_producers_drop_oldest) {
 }
 
 
-/* ---- idle keys ------------------------------------------------------------- */
+/* ---- idle keys -------------------------------------------------------------
+ */
 
 /* Idle keys cost no memory: 4000 keys queued at once behind busy lanes
  * (with a bound, each is filed under its key as it is accepted), then run.

@@ -97,10 +97,10 @@ TEST_IMPL(quantile_q0_lowest_bucket) {
   put(12, 1);
   ASSERT_UINT64_EQ(quantile(0.0), bound(3));
   ASSERT_UINT64_EQ(quantile(1e-300), bound(3));
-  ASSERT_UINT64_EQ(quantile(0.125), bound(3)); /* ceil(1) = 1 */
-  ASSERT_UINT64_EQ(quantile(0.25), bound(3));  /* ceil(2) = 2 */
-  ASSERT_UINT64_EQ(quantile(0.375), bound(7)); /* ceil(3) = 3 */
-  ASSERT_UINT64_EQ(quantile(0.875), bound(7)); /* ceil(7) = 7 */
+  ASSERT_UINT64_EQ(quantile(0.125), bound(3));    /* ceil(1) = 1 */
+  ASSERT_UINT64_EQ(quantile(0.25), bound(3));     /* ceil(2) = 2 */
+  ASSERT_UINT64_EQ(quantile(0.375), bound(7));    /* ceil(3) = 3 */
+  ASSERT_UINT64_EQ(quantile(0.875), bound(7));    /* ceil(7) = 7 */
   ASSERT_UINT64_EQ(quantile(0.90625), bound(12)); /* ceil(7.25) = 8 */
   ASSERT_UINT64_EQ(quantile(1.0), bound(12));
   /* Only bucket 0 (values under 1 us): its bound is 1 us. */
@@ -163,7 +163,7 @@ TEST_IMPL(quantile_last_bucket) {
   put(0, 9);
   put(23, 1);
   ASSERT_UINT64_EQ(quantile(0.5), 1000);
-  ASSERT_UINT64_EQ(quantile(0.875), 1000); /* ceil(8.75) = 9 */
+  ASSERT_UINT64_EQ(quantile(0.875), 1000);            /* ceil(8.75) = 9 */
   ASSERT_UINT64_EQ(quantile(0.9375), 30000000000ull); /* ceil(9.375) = 10 */
   ASSERT_UINT64_EQ(quantile(1.0), 30000000000ull);
   hist_reset(1234);
@@ -196,9 +196,9 @@ TEST_IMPL(quantile_ceil) {
   put(4, 50);
   put(9, 49);
   put(15, 1);
-  ASSERT_UINT64_EQ(quantile(0.5), bound(4));   /* 50th */
-  ASSERT_UINT64_EQ(quantile(0.505), bound(9)); /* ceil(50.5) = 51st */
-  ASSERT_UINT64_EQ(quantile(0.99), bound(9));  /* ceil(99.0...) */
+  ASSERT_UINT64_EQ(quantile(0.5), bound(4));    /* 50th */
+  ASSERT_UINT64_EQ(quantile(0.505), bound(9));  /* ceil(50.5) = 51st */
+  ASSERT_UINT64_EQ(quantile(0.99), bound(9));   /* ceil(99.0...) */
   ASSERT_UINT64_EQ(quantile(0.995), bound(15)); /* ceil(99.5) = 100th */
   return 0;
 }

@@ -43,7 +43,7 @@ static item_t items[MAXN];
 static int order[MAXN];
 static atomic_int norder;
 static int ndone;
-static uint64_t t0; /* uvs_now() at setup */
+static uint64_t t0;      /* uvs_now() at setup */
 static int manual_clock; /* the real-clock checks of item_run are off */
 
 
@@ -1064,8 +1064,8 @@ TEST_IMPL(reschedule_idle_timeout_real_pool) {
 static unsigned long na_foreign;
 
 static void na_rearms(void) {
-  static const uint64_t delays[] = {1, 63, 64, 4095, 4096, 100000,
-                                    (uint64_t) 1 << 30, MAX_DELAY, 0, 7};
+  static const uint64_t delays[] = {
+      1, 63, 64, 4095, 4096, 100000, (uint64_t) 1 << 30, MAX_DELAY, 0, 7};
   int i;
   int k;
 
@@ -1093,7 +1093,8 @@ TEST_IMPL(reschedule_no_alloc) {
   setup(1, UVS_POOL);
   init_items(NA_N);
   for (i = 0; i < NA_N; i++)
-    ASSERT_OK(uvs_schedule_every(&worker, &items[i].task, 1000, 1 + (uint64_t) i));
+    ASSERT_OK(
+        uvs_schedule_every(&worker, &items[i].task, 1000, 1 + (uint64_t) i));
   before = uvs__alloc_count();
   na_rearms();
   ASSERT_EQ(uvs__alloc_count() - before, 0);
@@ -1104,8 +1105,7 @@ TEST_IMPL(reschedule_no_alloc) {
   /* The loop did not run meanwhile: nothing ran. Re-armed once more, each
    * runs once it is due. */
   ASSERT_EQ(atomic_load(&norder), 0);
-  for (i = 0; i < NA_N; i++)
-    ASSERT_OK(uvs_task_reschedule(&items[i].task, 3));
+  for (i = 0; i < NA_N; i++) ASSERT_OK(uvs_task_reschedule(&items[i].task, 3));
   advance(3);
   TEST_RUN_UNTIL(&loop, atomic_load(&norder) == NA_N);
   teardown();
