@@ -295,17 +295,22 @@ static void put_back(uvs_worker_t* w,
 
 
 /* Fills a batch of slots (lock held): from the queue of a serial worker,
- * or, for a lane of a wide one, one task its keys let start. */
+ * or, for a lane of a wide one, one task its keys let start and, behind a
+ * keyed one, the next tasks of its key. */
 static unsigned fill(uvs_worker_t* w,
                      uvs__lane_t* lane,
                      uvs_task_t** slots,
                      unsigned max) {
   uvs_task_t* t;
   unsigned n;
+  unsigned i;
 
-  /* A lane takes one task at a time: tasks start in FIFO order across
-   * lanes, and none waits in one lane's batch that another lane could
-   * start (guarantee 12). Its lock round per task is the price. */
+  /* A lane takes one startable task at a time: tasks start in FIFO order
+   * across lanes, and none waits in one lane's batch that another lane
+   * could start (guarantee 12). Behind a keyed task it takes that key's
+   * next tasks, which no other lane could start, so that a busy key costs
+   * one lock round per batch; with per-key bounds it takes one task, since
+   * a task counts out of its key's bound as it is picked. */
   if (lane != NULL) {
     if (lane->seeking) {
       lane->seeking = 0;
@@ -315,18 +320,24 @@ static unsigned fill(uvs_worker_t* w,
     t = uvs__keys_pick(w, &lane->kent);
     if (t == NULL)
       return 0;
+    slots[0] = t;
+    n = 1;
     if (w->key_max != 0)
       uvs__keys_space_check(w); /* its key has one task fewer queued */
-    __atomic_store_n(&slots[0], t, __ATOMIC_RELAXED);
-    t->node.prev = (uvs__queue_t*) ((uintptr_t) &slots[0] | 1);
-    return 1;
+    else if (lane->kent != NULL && max > 1)
+      n += uvs__keys_pick_run(w, lane->kent, &slots[1], max - 1);
+  } else {
+    for (n = 0; n < max; n++) {
+      t = uvs__inbox_take(w, n == 0);
+      if (t == NULL)
+        break;
+      slots[n] = t;
+    }
   }
-  for (n = 0; n < max; n++) {
-    t = uvs__inbox_take(w, n == 0);
-    if (t == NULL)
-      break;
-    __atomic_store_n(&slots[n], t, __ATOMIC_RELAXED);
-    t->node.prev = (uvs__queue_t*) ((uintptr_t) &slots[n] | 1);
+  for (i = 0; i < n; i++) {
+    t = slots[i];
+    __atomic_store_n(&slots[i], t, __ATOMIC_RELAXED);
+    t->node.prev = (uvs__queue_t*) ((uintptr_t) &slots[i] | 1);
   }
   return n;
 }
@@ -417,23 +428,17 @@ static unsigned turn(uvs_worker_t* w,
     uv_mutex_unlock(&s->lock);
 
     for (i = 0; i < n; i++) {
-      /* No task starts once the slice has passed. */
-      if (lane == NULL && check && slice_over(sl)) {
+      /* No task starts once the slice has passed (a lane looked before
+       * it picked its first). */
+      if ((lane == NULL || i > 0) && check && slice_over(sl)) {
         over = 1;
         break;
       }
       t = __atomic_exchange_n(&slots[i], UVS__SLOT_TAKEN, __ATOMIC_ACQ_REL);
-      if (t == UVS__SLOT_TOMB) {
-        if (lane != NULL)
-          lane->kent = NULL; /* the cancel released its key */
-        continue;
-      }
+      if (t == UVS__SLOT_TOMB)
+        continue; /* a lane still releases its key at the batch's end */
       if (uvs__cancelling(w) || uvs__stale(w, t)) {
         uv_mutex_lock(&s->lock);
-        if (lane != NULL && lane->kent != NULL) {
-          uvs__keys_release(w, lane->kent);
-          lane->kent = NULL;
-        }
         uvs__unqueued(w);
         if (uvs__cancelling(w))
           uvs__drop(s, t, UV_ECANCELED);
@@ -465,8 +470,9 @@ static unsigned turn(uvs_worker_t* w,
     uv_mutex_lock(&s->lock);
     if (i < n)
       put_back(w, slots, i, n);
-    /* The key's next task joins the tail of kready. */
-    if (lane != NULL && i == 1 && lane->kent != NULL)
+    /* The key's next task joins the tail of kready, unless the batch's
+     * head went back unstarted. */
+    if (lane != NULL && i > 0 && lane->kent != NULL)
       uvs__keys_release(w, lane->kent);
     *batch = NULL;
     *batch_len = 0;

@@ -394,12 +394,30 @@ void uvs__keys_unpick(uvs_worker_t* w, uvs_task_t* t) {
   uvs__kent_t* e;
 
   if (t->key != 0) {
-    e = (uvs__kent_t*) t->tnode.next;
+    e = lookup(w->keys, t->key);
+    if (e->head != t) {
+      uvs__queue_unshift(&e->q, &t->node); /* from a key's run */
+      return;
+    }
     e->taken = 0;
     if (w->key_max != 0)
       e->queued++; /* back in the queue: counted again, bound or not */
   }
   ready_unshift(w, t);
+}
+
+
+unsigned uvs__keys_pick_run(uvs_worker_t* w,
+                            uvs__kent_t* e,
+                            uvs_task_t** out,
+                            unsigned max) {
+  uvs__queue_t* q;
+  unsigned n;
+
+  (void) w;
+  for (n = 0; n < max && (q = uvs__queue_shift(&e->q)) != NULL; n++)
+    out[n] = uvs__container_of(q, uvs_task_t, node);
+  return n;
 }
 
 
@@ -425,17 +443,18 @@ void uvs__keys_unlinked(uvs_worker_t* w, uvs_task_t* t) {
     ready_taken(w, t); /* a cancel unlinked it from kready */
   if (t->key == 0)
     return;
-  /* The key's next task leaves: in kready, or in a lane's slot a cancel
-   * tombstoned (its link tagged with the slot). A head a lane took is the
-   * lane's to release, even when the same task, scheduled again from its
-   * run_cb or done_cb, is what leaves now from behind it. */
+  /* The key's next task leaves kready. A head a lane took (and the rest
+   * of its key's run) is the lane's to release when its batch ends, even
+   * when a cancel tombstoned it (its link tagged with the slot) or the
+   * same task, scheduled again from its run_cb or done_cb, is what leaves
+   * now from behind it. */
   e = lookup(w->keys, t->key);
   if (e == NULL)
     return;
   /* A picked task was counted out when it was picked. */
   if (!((uintptr_t) t->node.prev & 1) && !(e->head == t && e->taken))
     count_out(w, e);
-  if (e->head == t && (!e->taken || ((uintptr_t) t->node.prev & 1)))
+  if (e->head == t && !e->taken)
     uvs__keys_release(w, e);
   else
     maybe_del(w->keys, e);
