@@ -182,8 +182,8 @@ struct conn_s {
   int fresh;      /* No request started yet. */
   int in_request; /* Between a request's first byte and its end. */
   int timer_armed;
-  int error_status; /* Set by a parser callback that stops the parse. */
-  uint64_t timer_due;
+  int error_status;        /* Set by a parser callback that stops the parse. */
+  uint64_t timer_due;      /* the deadline the timer task is armed for */
   uint64_t request_start;  /* uv_now() of the request's first byte. */
   uint64_t last_active;    /* uv_now() of the last request end or write. */
   uint64_t write_progress; /* uv_now() of the last write start or end. */
@@ -1269,7 +1269,7 @@ static void conn_arm(conn_t* conn) {
     return;
   if (conn->timer_armed) {
     if (conn->timer_due != d && uvs_task_reschedule(&conn->timer, delay) == 0)
-      conn->timer_due = now + delay;
+      conn->timer_due = d;
     return;
   }
   uvs_task_init(&conn->timer, on_timer_run, on_timer_done);
@@ -1279,7 +1279,7 @@ static void conn_arm(conn_t* conn) {
     return;
   }
   conn->timer_armed = 1;
-  conn->timer_due = now + delay;
+  conn->timer_due = d;
   conn->refs++;
 }
 
