@@ -294,6 +294,14 @@ static void put_back(uvs_worker_t* w,
 }
 
 
+/* Puts t in slot i of a batch, its link tagged with the slot (lock
+ * held): a cancel can then swap it for a tombstone. */
+static inline void put_slot(uvs_task_t** slots, unsigned i, uvs_task_t* t) {
+  __atomic_store_n(&slots[i], t, __ATOMIC_RELAXED);
+  t->node.prev = (uvs__queue_t*) ((uintptr_t) &slots[i] | 1);
+}
+
+
 /* Fills a batch of slots (lock held): from the queue of a serial worker,
  * or, for a lane of a wide one, one task its keys let start and, behind a
  * keyed one, the next tasks of its key. */
@@ -303,7 +311,6 @@ static unsigned fill(uvs_worker_t* w,
                      unsigned max) {
   uvs_task_t* t;
   unsigned n;
-  unsigned i;
 
   /* A lane takes one startable task at a time: tasks start in FIFO order
    * across lanes, and none waits in one lane's batch that another lane
@@ -320,24 +327,20 @@ static unsigned fill(uvs_worker_t* w,
     t = uvs__keys_pick(w, &lane->kent);
     if (t == NULL)
       return 0;
-    slots[0] = t;
+    put_slot(slots, 0, t);
     n = 1;
     if (w->key_max != 0)
       uvs__keys_space_check(w); /* its key has one task fewer queued */
-    else if (lane->kent != NULL && max > 1)
-      n += uvs__keys_pick_run(w, lane->kent, &slots[1], max - 1);
-  } else {
-    for (n = 0; n < max; n++) {
-      t = uvs__inbox_take(w, n == 0);
-      if (t == NULL)
-        break;
-      slots[n] = t;
-    }
+    else if (lane->kent != NULL)
+      for (; n < max && (t = uvs__keys_next_of(lane->kent)) != NULL; n++)
+        put_slot(slots, n, t);
+    return n;
   }
-  for (i = 0; i < n; i++) {
-    t = slots[i];
-    __atomic_store_n(&slots[i], t, __ATOMIC_RELAXED);
-    t->node.prev = (uvs__queue_t*) ((uintptr_t) &slots[i] | 1);
+  for (n = 0; n < max; n++) {
+    t = uvs__inbox_take(w, n == 0);
+    if (t == NULL)
+      break;
+    put_slot(slots, n, t);
   }
   return n;
 }
@@ -369,6 +372,7 @@ static unsigned turn(uvs_worker_t* w,
   unsigned max;
   unsigned n;
   unsigned i;
+  int cancel;
   int check;
   int over;
 
@@ -437,10 +441,11 @@ static unsigned turn(uvs_worker_t* w,
       t = __atomic_exchange_n(&slots[i], UVS__SLOT_TAKEN, __ATOMIC_ACQ_REL);
       if (t == UVS__SLOT_TOMB)
         continue; /* a lane still releases its key at the batch's end */
-      if (uvs__cancelling(w) || uvs__stale(w, t)) {
+      cancel = uvs__cancelling(w);
+      if (cancel || uvs__stale(w, t)) {
         uv_mutex_lock(&s->lock);
         uvs__unqueued(w);
-        if (uvs__cancelling(w))
+        if (cancel)
           uvs__drop(s, t, UV_ECANCELED);
         else
           shed(s, w, t, &done);

@@ -257,14 +257,11 @@ uvs_task_t* uvs__keys_pick(uvs_worker_t* w, uvs__kent_t** ent);
 /* A picked task that did not start goes back: a key's head to the head of
  * kready, the rest of its key's run to the head of the key's queue. */
 void uvs__keys_unpick(uvs_worker_t* w, uvs_task_t* t);
-/* The next tasks of a picked head's key, up to max, out of its queue into
- * out: no other lane could start them (guarantee 12 lets a lane batch one
- * key's run). Only without per-key bounds, which count a task out as it is
+/* The next task of a picked head's key, out of its queue, or NULL: no
+ * other lane could start it (guarantee 12 lets a lane batch one key's
+ * run). Only without per-key bounds, which count a task out as it is
  * picked. */
-unsigned uvs__keys_pick_run(uvs_worker_t* w,
-                            uvs__kent_t* e,
-                            uvs_task_t** out,
-                            unsigned max);
+uvs_task_t* uvs__keys_next_of(uvs__kent_t* e);
 /* The task of an entry ran or was cancelled: its key's next task joins
  * kready, or the entry goes. */
 void uvs__keys_release(uvs_worker_t* w, uvs__kent_t* e);

@@ -407,17 +407,11 @@ void uvs__keys_unpick(uvs_worker_t* w, uvs_task_t* t) {
 }
 
 
-unsigned uvs__keys_pick_run(uvs_worker_t* w,
-                            uvs__kent_t* e,
-                            uvs_task_t** out,
-                            unsigned max) {
+uvs_task_t* uvs__keys_next_of(uvs__kent_t* e) {
   uvs__queue_t* q;
-  unsigned n;
 
-  (void) w;
-  for (n = 0; n < max && (q = uvs__queue_shift(&e->q)) != NULL; n++)
-    out[n] = uvs__container_of(q, uvs_task_t, node);
-  return n;
+  q = uvs__queue_shift(&e->q);
+  return q != NULL ? uvs__container_of(q, uvs_task_t, node) : NULL;
 }
 
 
