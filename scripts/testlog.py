@@ -12,6 +12,8 @@ Usage:
                                  line "N passed, N failed[, N skipped]";
                                  exit 1 if anything failed or nothing ran
   testlog.py --counts BUILDDIR   print "PASSED FAILED SKIPPED" only
+  testlog.py --failed BUILDDIR   for each test that did not pass, its name,
+                                 result and the last lines of its output
 """
 
 import json
@@ -20,11 +22,15 @@ import sys
 
 PASSED = {"OK", "EXPECTEDFAIL"}
 SKIPPED = {"SKIP"}
+# How much of a failed test's output --failed shows: enough for an assertion
+# and the sanitizer report's first frames, short enough for a CI summary.
+TAIL_LINES = 25
 
 
 def count(builddir):
     path = os.path.join(builddir, "meson-logs", "testlog.json")
     passed, failed, skipped, bad = 0, 0, 0, []
+    tails = {}
     try:
         with open(path, encoding="utf-8", errors="replace") as f:
             lines = f.readlines()
@@ -50,6 +56,9 @@ def count(builddir):
         else:
             failed += 1
             bad.append((result, name, duration))
+            out = str(entry.get("stdout") or "").splitlines()
+            tails[name] = out[-TAIL_LINES:]
+    count.tails = tails
     return passed, failed, skipped, bad
 
 
@@ -57,6 +66,13 @@ def main(argv):
     if len(argv) == 3 and argv[1] == "--counts":
         passed, failed, skipped, _ = count(argv[2])
         print(passed, failed, skipped)
+        return 0
+    if len(argv) == 3 and argv[1] == "--failed":
+        _, _, _, bad = count(argv[2])
+        for result, name, duration in bad:
+            print(f"{result} {name} ({duration:.2f}s)")
+            for line in count.tails.get(name, []):
+                print(f"    {line}")
         return 0
     if len(argv) != 2 or argv[1].startswith("-"):
         sys.stderr.write(__doc__)
