@@ -258,16 +258,16 @@ static void run_counted(uvs_sched_t* s,
   if (w->max_pending != 0)
     uvs__space_check(w, 0);
   __atomic_fetch_add(&w->running, 1, __ATOMIC_RELAXED);
-  if (!w->metrics) {
+  if (w->hists == NULL) {
     run_one(s, w, c, t, posts, done);
   } else {
     start = uv_hrtime();
     ready = (uint32_t) t->status;
     uvs__hist_add(
-        &w->hist_wait,
+        &w->hists->wait,
         (uint64_t) (uint32_t) ((uint32_t) (start / 1000) - ready) * 1000);
     run_one(s, w, c, t, posts, done);
-    uvs__hist_add(&w->hist_run, uv_hrtime() - start);
+    uvs__hist_add(&w->hists->run, uv_hrtime() - start);
   }
   __atomic_fetch_sub(&w->running, 1, __ATOMIC_RELAXED);
 }

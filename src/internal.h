@@ -302,6 +302,8 @@ int uvs__keys_owed_take(uvs_worker_t* w, uint64_t* key);
 
 /* ---- hazard.c: what keeps a worker alive under a cancel or a pin ----- */
 typedef struct uvs__hazard_s uvs__hazard_t;
+/* Threads that hold a hazard slot at once. */
+#define UVS__HAZARDS 128
 /* The calling thread's hazard slot, for one cancel; NULL (every slot is
  * held by a live thread) means a fallback that every close waits for. No
  * lock needed. */
@@ -338,6 +340,8 @@ uvs_task_t* uvs__post_node(uvs_sched_t* sched,
 void uvs__post_release(uvs_sched_t* sched, uvs_task_t* task);
 void uvs__post_release_all(uvs_sched_t* sched, uvs__queue_t* posts);
 void uvs__post_free_all(uvs_sched_t* sched);
+/* Allocates the per-thread caches of free post nodes (UV_ENOMEM). */
+int uvs__post_init(uvs_sched_t* sched);
 
 /* The files are layered: each calls only files listed after it, except
  * that any may wake the loop with uvs__kick() (loop.c), as libuv's
@@ -526,12 +530,18 @@ void uvs__keys_space_check(uvs_worker_t* worker);
 #define UVS__OWE_KEYS 2u  /* key_space_cb, for the keys its entries list */
 /* Wakes every blocked producer of a closing worker (lock held). */
 void uvs__wake_all(uvs_worker_t* worker);
+/* A worker with metrics keeps its histograms here, allocated at init and
+ * freed when its close completes, after its close callback returns. */
+typedef struct uvs__hists_s {
+  uvs_hist_t wait;
+  uvs_hist_t run;
+} uvs__hists_t;
 void uvs__hist_add(uvs_hist_t* h, uint64_t ns);
 
 /* A task of w became ready (queued or due): with metrics, when, in us,
  * kept in its status until it starts. */
 static inline void uvs__mark_ready(const uvs_worker_t* w, uvs_task_t* t) {
-  if (w->metrics || w->max_wait_us != 0)
+  if (w->hists != NULL || w->max_wait_us != 0)
     t->status = (int) (uint32_t) (uvs__hrtime_late() / 1000);
 }
 

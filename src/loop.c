@@ -475,6 +475,8 @@ static void complete_worker(uvs_sched_t* s, uvs_worker_t* w) {
   s->stats.cancelled += w->ncancelled;
   uvs__keys_free(w);
   call_close_cb(s, w);
+  uvs__free(w->hists);
+  w->hists = NULL;
 }
 
 

@@ -213,7 +213,14 @@ void uvs__post_free_all(uvs_sched_t* s) {
   s->post_free = NULL;
   s->post_free_last = NULL;
   s->post_local = NULL;
-  memset(s->post_cache, 0, sizeof(s->post_cache));
+  uvs__free(s->post_cache);
+  s->post_cache = NULL;
+}
+
+
+int uvs__post_init(uvs_sched_t* s) {
+  s->post_cache = uvs__calloc(UVS__HAZARDS, sizeof(*s->post_cache));
+  return s->post_cache == NULL ? UV_ENOMEM : 0;
 }
 
 

@@ -50,14 +50,18 @@ int uvs_sched_init(uv_loop_t* loop,
   err = uvs__timers_init(&s->timers, uvs__clock_ms(s));
   if (err != 0)
     return err;
-  err = lock_init(&s->lock);
-  if (err != 0) {
-    uvs__timers_free(s->timers);
-    return err;
+  err = uvs__post_init(s);
+  if (err == 0) {
+    err = lock_init(&s->lock);
+    if (err == 0) {
+      err = uvs__loop_init(loop, s);
+      if (err != 0)
+        uv_mutex_destroy(&s->lock);
+    }
+    if (err != 0)
+      uvs__post_free_all(s);
   }
-  err = uvs__loop_init(loop, s);
   if (err != 0) {
-    uv_mutex_destroy(&s->lock);
     uvs__timers_free(s->timers);
     return err;
   }

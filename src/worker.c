@@ -101,9 +101,11 @@ int uvs__worker_init(uvs_sched_t* s,
                      uvs_where_t where,
                      const uvs_worker_options_t* o) {
   uvs__keys_t* keys;
+  uvs__hists_t* hists;
   int err;
 
   keys = NULL;
+  hists = NULL;
   uvs__add_sc(&s->inflight, 1);
   err = UV_ESHUTDOWN;
   if (__atomic_load_n(&s->state, __ATOMIC_SEQ_CST) != UVS__SS_OPEN)
@@ -112,6 +114,13 @@ int uvs__worker_init(uvs_sched_t* s,
     err = UV_ENOMEM;
     keys = uvs__keys_new(o->width);
     if (keys == NULL)
+      goto out;
+    err = UV_ESHUTDOWN;
+  }
+  if (o != NULL && o->metrics) {
+    err = UV_ENOMEM;
+    hists = uvs__calloc(1, sizeof(*hists));
+    if (hists == NULL)
       goto out;
     err = UV_ESHUTDOWN;
   }
@@ -128,8 +137,9 @@ int uvs__worker_init(uvs_sched_t* s,
       w->on_full = o->on_full;
       w->low_water = o->low_water;
       w->space_cb = o->space_cb;
-      w->metrics = o->metrics != 0;
-      w->counting = w->max_pending != 0 || w->metrics;
+      w->hists = hists;
+      hists = NULL;
+      w->counting = w->max_pending != 0 || w->hists != NULL;
       w->key_max = o->key_max_pending;
       w->key_space_cb = o->key_space_cb;
       if (o->max_wait_ms != 0)
@@ -157,6 +167,7 @@ out:
   uvs__sub_sc(&s->inflight, 1);
   if (keys != NULL)
     uvs__free(keys);
+  uvs__free(hists);
   return err;
 }
 
@@ -564,11 +575,15 @@ int uvs_worker_metrics(const uvs_worker_t* worker, uvs_worker_metrics_t* out) {
   if (open)
     uvs__note_max(w, out->queued);
   out->queued_max = load64(&w->queued_max);
-  if (s != NULL) {
+  if (s != NULL)
     uv_mutex_unlock(&s->lock);
-    uvs__worker_leave(w);
+  /* The histograms go when the close completes, on the loop thread: read
+   * them while pinned, or on that thread (a close callback can). */
+  if ((open || uvs__is_thread(&w->thread)) && w->hists != NULL) {
+    hist_copy(&out->wait, &w->hists->wait);
+    hist_copy(&out->run, &w->hists->run);
   }
-  hist_copy(&out->wait, &w->hist_wait);
-  hist_copy(&out->run, &w->hist_run);
+  if (s != NULL)
+    uvs__worker_leave(w);
   return 0;
 }

@@ -294,7 +294,8 @@ TEST_IMPL(fault_alloc_points) {
   ASSERT_OK(uv_loop_init(&loop));
   before = uvs__alloc_count();
   ASSERT_OK(uvs_sched_init(&loop, &scheds2[0], NULL));
-  ASSERT_EQ(uvs__alloc_count() - before, 2);
+  /* Its wheel, its post caches and its runners. */
+  ASSERT_EQ(uvs__alloc_count() - before, 3);
   NO_ALLOC(uvs_worker_init(&scheds2[0], &wks2[0][0], UVS_POOL));
   NO_ALLOC(uvs_worker_init(&scheds2[0], &wks2[0][1], UVS_LOOP));
   for (i = 0; i < 8; i++)
@@ -404,8 +405,44 @@ TEST_IMPL(fault_walk_calls) {
   for (k = 0; k < 1000; k++)
     if (!walk_calls(k))
       break;
-  /* Per scheduler its wheel, its runners and 3 post chunks (150 posts,
-   * none run). */
-  ASSERT_EQ(k, 10);
+  /* Per scheduler its wheel, its post caches, its runners and 3 post
+   * chunks (150 posts, none run). */
+  ASSERT_EQ(k, 12);
+  return 0;
+}
+
+
+/* A worker with metrics keeps its histograms in one allocation of its own:
+ * when it fails, the init answers UV_ENOMEM and leaves the worker and the
+ * scheduler as they were; a worker without metrics allocates nothing. */
+TEST_IMPL(fault_metrics_worker_init) {
+  unsigned char before[sizeof(uvs_worker_t)];
+  uvs_worker_options_t o;
+  unsigned long start;
+  uvs_stats_t st0;
+  uvs_stats_t st1;
+
+  ASSERT_OK(uv_loop_init(&loop));
+  ASSERT_OK(uvs_sched_init(&loop, &scheds2[0], NULL));
+  memset(&o, 0, sizeof(o));
+  o.metrics = 1;
+  memset(&wks2[0][0], 0xa5, sizeof(uvs_worker_t));
+  memcpy(before, &wks2[0][0], sizeof(before));
+  uvs_sched_stats(&scheds2[0], &st0);
+  uvs__alloc_fail_after(0);
+  ASSERT_ERR(uvs_worker_init_ex(&scheds2[0], &wks2[0][0], UVS_POOL, &o),
+             UV_ENOMEM);
+  uvs__alloc_fail_after(-1);
+  ASSERT_OK(memcmp(before, &wks2[0][0], sizeof(before)));
+  uvs_sched_stats(&scheds2[0], &st1);
+  ASSERT_OK(memcmp(&st0, &st1, sizeof(st0)));
+
+  start = uvs__alloc_count();
+  ASSERT_OK(uvs_worker_init_ex(&scheds2[0], &wks2[0][0], UVS_POOL, &o));
+  ASSERT_EQ(uvs__alloc_count() - start, 1);
+  o.metrics = 0;
+  o.max_pending = 4;
+  NO_ALLOC(uvs_worker_init_ex(&scheds2[0], &wks2[0][1], UVS_POOL, &o));
+  TEST_CLOSE_SCHED_AND_LOOP(&loop, &scheds2[0], UVS_CANCEL);
   return 0;
 }

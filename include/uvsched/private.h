@@ -25,6 +25,11 @@ struct uvs__queue_s {
   unsigned state;                                    \
   int status; /* the hand-back's; while queued, when it became ready (us) */
 
+/* Three groups: what every schedule call reads (set at init and close),
+ * what producers write per task, and, 64 bytes on, what the drains write
+ * under the lock or alone. The pad keeps a drain's writes and a producer's
+ * off one cache line wherever the struct starts; the read-mostly group sits
+ * with the producers' few words, which every producer touches anyway. */
 #define UVS_WORKER_PRIVATE_FIELDS                                             \
   /* Read by every schedule call, written only by init and close. */          \
   uv_thread_t thread; /* its loop's thread, so callers need not read sched */ \
@@ -32,18 +37,13 @@ struct uvs__queue_s {
   unsigned flags;     /* atomic loads, stores under the lock */               \
   /* 0.2 (uvs_worker_init_ex). Options, set at init. */                       \
   int counting; /* max_pending or metrics: queued tasks are counted */        \
-  int metrics;                                                                \
   unsigned width;                                                             \
   unsigned on_full;                                                           \
+  uint32_t max_wait_us; /* 0.3: max_wait_ms in us; UINT32_MAX = never */      \
   size_t max_pending;                                                         \
   size_t key_max;           /* 0.3: key_max_pending */                        \
-  uint32_t max_wait_us;     /* 0.3: max_wait_ms in us; UINT32_MAX = never */  \
   struct uvs__keys_s* keys; /* width > 1: lanes and the key table */          \
-  /* The fields each side writes per task or per batch are kept 64 bytes      \
-   * apart from what the other side reads, so that they never share a cache   \
-   * line, wherever the struct starts: a drain's writes don't evict what a    \
-   * producer reads, nor a producer's what the drain reads. */                \
-  char pad_read[64];                                                          \
+  struct uvs__hists_s* hists; /* with metrics: wait and run histograms */     \
   /* Producer side: written by schedule calls on any thread. */               \
   struct uvs__queue_s* inbox_tail; /* atomic: MPSC inbox, producers swap */   \
   unsigned state;                  /* atomic: idle or scheduled */            \
@@ -70,7 +70,6 @@ struct uvs__queue_s {
   uint64_t ncancelled;                                                        \
   struct uvs__queue_s delayed; /* its tasks in the timer wheel */             \
   struct uvs__queue_s list_node;                                              \
-  uv_work_t work;                                                             \
   uvs_worker_close_cb close_cb;                                               \
   size_t low_water;                                                           \
   uvs_worker_space_cb space_cb;                                               \
@@ -92,12 +91,7 @@ struct uvs__queue_s {
   unsigned space_owed; /* under the lock */                                   \
   struct uvs__queue_s waiters;    /* uvs_schedule_wait callers, FIFO */       \
   struct uvs__queue_s space_node; /* on sched->space */                       \
-  struct uvs__queue_s kready;     /* width > 1: tasks lanes may start */      \
-  uvs_hist_t hist_wait;                                                       \
-  uvs_hist_t hist_run;
-
-/* Threads that hold a hazard slot at once (src/hazard.c). */
-#define UVS__HAZARDS 128
+  struct uvs__queue_s kready;     /* width > 1: tasks lanes may start */
 
 #define UVS_SCHED_PRIVATE_FIELDS                                               \
   uv_async_t async;                                                            \
@@ -123,7 +117,7 @@ struct uvs__queue_s {
   void* post_local; /* loop thread only: its own free nodes */                 \
   /* Free post nodes of each thread that posts from outside the loop, by       \
    * its hazard slot: only that thread touches its entry. */                   \
-  void* post_cache[UVS__HAZARDS];                                              \
+  void** post_cache;                                                           \
   uint64_t timer_due;   /* what the uv_timer is armed for */                   \
   uint64_t timer_asked; /* earliest due asked for since it was armed */        \
   uint64_t now;         /* atomic */                                           \
