@@ -41,8 +41,8 @@ struct uvs__queue_s {
   unsigned on_full;                                                           \
   uint32_t max_wait_us; /* 0.3: max_wait_ms in us; UINT32_MAX = never */      \
   size_t max_pending;                                                         \
-  size_t key_max;           /* 0.3: key_max_pending */                        \
-  struct uvs__keys_s* keys; /* width > 1: lanes and the key table */          \
+  size_t key_max;             /* 0.3: key_max_pending */                      \
+  struct uvs__keys_s* keys;   /* width > 1: lanes and the key table */        \
   struct uvs__hists_s* hists; /* with metrics: wait and run histograms */     \
   /* Producer side: written by schedule calls on any thread. */               \
   struct uvs__queue_s* inbox_tail; /* atomic: MPSC inbox, producers swap */   \
