@@ -408,10 +408,8 @@ static unsigned turn(uvs_worker_t* w,
     uvs__post_release_all(s, &posts);
     if (ran >= budget || over)
       break;
-    if ((w->flags & UVS__WF_CLOSING) && !(w->flags & UVS__WF_DRAIN)) {
-      uvs__worker_close_sweep(w); /* late arrivals don't run */
-      break;
-    }
+    if ((w->flags & UVS__WF_CLOSING) && !(w->flags & UVS__WF_DRAIN))
+      break; /* late arrivals don't run: the loop sweeps them (close.c) */
 
     /* A lane looks at its slice before it picks, not after: a picked task
      * has left its key's count (keys.c), and one put back would count in

@@ -207,6 +207,13 @@ enum {
   UVS__C_FINAL = 2   /* and its scheduler's close completed too */
 };
 
+/* sched->flags (loop thread only) */
+enum {
+  UVS__SF_KICKED = 1, /* the loop thread kicked since process() began */
+  UVS__SF_HANDLES_CLOSING = 2, /* uv_close() called on our handles */
+  UVS__SF_TURNED = 4 /* a loop turn ran in this loop iteration (check_cb) */
+};
+
 /* sched->state (atomic) */
 enum { UVS__SS_OPEN = 0, UVS__SS_CLOSING = 1, UVS__SS_CLOSED = 2 };
 
@@ -400,6 +407,12 @@ void uvs__publish_now(uvs_sched_t* sched);
  * thread, no lock held. */
 void uvs__advance(uvs_sched_t* sched, uint64_t ms);
 
+/* ---- close.c ----------------------------------------------------------- */
+/* Completes the closes that can complete (loop thread, no lock held).
+ * Returns 1 once the scheduler has begun closing its handles: then the
+ * caller must not touch them. */
+int uvs__finish_closes(uvs_sched_t* sched);
+
 /* ---- drain.c ----------------------------------------------------------- */
 /* A turn of one lane of a wide worker, with a slice of its own. Pool
  * thread, no lock held. */
@@ -455,14 +468,9 @@ void uvs__due(uvs_worker_t* worker, uvs_task_t* task);
 /* Cancels a queued or delayed task of worker (lock held): 0, or UV_EBUSY if
  * a drain already took it. */
 int uvs__cancel_locked(uvs_sched_t* sched, uvs_task_t* task);
-void uvs__worker_close_locked(uvs_worker_t* worker,
-                              uvs_close_how_t how,
-                              uvs_worker_close_cb cb);
 /* A turn of the worker ended (lock held, any thread): idle, or ready
  * again at the tail of its list. */
 void uvs__turn_ended(uvs_worker_t* worker);
-/* Hands back what a closing worker must not run (lock held). */
-void uvs__worker_close_sweep(uvs_worker_t* worker);
 /* Tasks accepted and not yet handed back (lock held). */
 uint64_t uvs__worker_pending(uvs_worker_t* worker);
 /* run_cb calls so far, its lanes' included. Lock held, or the worker

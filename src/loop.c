@@ -12,12 +12,6 @@
 #include <sched.h>
 #include <stdlib.h>
 
-enum {
-  UVS__SF_KICKED = 1, /* the loop thread kicked since process() began */
-  UVS__SF_HANDLES_CLOSING = 2, /* uv_close() called on our handles */
-  UVS__SF_TURNED = 4 /* a loop turn ran in this loop iteration (check_cb) */
-};
-
 /* One of a scheduler's runners: a uv_queue_work item that serves ready
  * pool workers in turn. */
 struct uvs__runner_s {
@@ -253,11 +247,8 @@ static void lane_work_done(uv_work_t* req, int status) {
    * a producer that found every lane busy wanted none; this end looks at
    * the queue after it frees a lane, so one of the two sees the other. */
   __atomic_store_n(&w->lanes_active, w->lanes_active - 1, __ATOMIC_SEQ_CST);
-  if (w->flags & UVS__WF_CLOSING) {
-    if (!(w->flags & UVS__WF_DRAIN))
-      uvs__worker_close_sweep(w);
-    uvs__kick(s); /* the loop completes closes */
-  }
+  if (w->flags & UVS__WF_CLOSING)
+    uvs__kick(s); /* the loop sweeps and completes closes (close.c) */
   if (uvs__worker_nonempty(w))
     want_lanes(w);
   uv_mutex_unlock(&s->lock);
@@ -305,8 +296,7 @@ static int serve_wide(uvs_sched_t* s, uvs_worker_t* w, uvs__queue_t* list) {
    * below. */
   __atomic_store_n(&w->state, UVS__WS_IDLE, __ATOMIC_SEQ_CST);
   if (uvs__cancelling(w)) {
-    uvs__worker_close_sweep(w); /* late arrivals don't run */
-    uvs__kick(s);
+    uvs__kick(s); /* late arrivals don't run: the loop sweeps them */
     return 1;
   }
   busy = uvs__keys_intake(w) == UV_EAGAIN;
@@ -368,187 +358,6 @@ static void dispatch(uvs_sched_t* s) {
 }
 
 
-static void wait_for_callers(unsigned* inflight) {
-  /* A caller that pinned the object before it was marked closed is between
-   * two atomics and a short critical section; let it get out. */
-  while (__atomic_load_n(inflight, __ATOMIC_SEQ_CST) != 0) sched_yield();
-}
-
-
-/* Calls a worker's close callback, if any, once. Lock held on entry and
- * exit, not during the call. */
-static void call_close_cb(uvs_sched_t* s, uvs_worker_t* w) {
-  uvs_worker_close_cb cb;
-
-  cb = w->close_cb;
-  w->close_cb = NULL;
-  __atomic_store_n(&w->flags, w->flags & ~UVS__WF_CB_OWED, __ATOMIC_RELAXED);
-  if (cb == NULL)
-    return;
-  uv_mutex_unlock(&s->lock);
-  cb(w);
-  uv_mutex_lock(&s->lock);
-}
-
-
-static void handle_closed(uv_handle_t* handle) {
-  uvs_sched_t* s;
-  uvs_sched_close_cb cb;
-  uvs__queue_t* q;
-  uvs_worker_t* w;
-
-  s = handle->data;
-  if (--s->handles != 0)
-    return;
-
-  cb = s->close_cb;
-  __atomic_store_n(&s->state, UVS__SS_CLOSED, __ATOMIC_SEQ_CST);
-  wait_for_callers(&s->inflight);
-  /* The last callbacks a closed worker may be asked for: mark each FINAL,
-   * then wait out a uvs_worker_close() that got in before. */
-  while ((q = uvs__queue_shift(&s->closed)) != NULL) {
-    w = uvs__container_of(q, uvs_worker_t, list_node);
-    __atomic_store_n(&w->closed, UVS__C_FINAL, __ATOMIC_SEQ_CST);
-    wait_for_callers(&w->inflight);
-    uv_mutex_lock(&s->lock);
-    call_close_cb(s, w);
-    uv_mutex_unlock(&s->lock);
-  }
-  uv_mutex_destroy(&s->lock);
-  if (cb != NULL)
-    cb(s);
-}
-
-
-static int closable(uvs_worker_t* w) {
-  return w->phase == UVS__P_IDLE && w->lanes_active == 0 &&
-         !uvs__worker_nonempty(w) && uvs__worker_pending(w) == 0;
-}
-
-
-/* A closing worker whose close can complete now, or NULL. Lock held. */
-static uvs_worker_t* next_closable(uvs_sched_t* s) {
-  uvs__queue_t* q;
-  uvs_worker_t* w;
-
-  for (q = s->closing.next; q != &s->closing; q = q->next) {
-    w = uvs__container_of(q, uvs_worker_t, list_node);
-    if (closable(w))
-      return w;
-  }
-  return NULL;
-}
-
-
-/* Callers on other threads that got in before the close may still push:
- * shut the door, wait for them, then sweep what they left. Lock held on
- * entry and exit, not while waiting. */
-static void shut_door(uvs_sched_t* s, uvs_worker_t* w) {
-  __atomic_store_n(&w->closed, UVS__C_CLOSED, __ATOMIC_SEQ_CST);
-  uv_mutex_unlock(&s->lock);
-  wait_for_callers(&w->inflight);
-  uvs__hazard_wait_pins(w);
-  uv_mutex_lock(&s->lock);
-  if (!(w->flags & UVS__WF_DRAIN))
-    uvs__worker_close_sweep(w);
-}
-
-
-/* A worker's close completes: its totals go to the scheduler's, and its
- * callback, if any, is called. Lock held. */
-static void complete_worker(uvs_sched_t* s, uvs_worker_t* w) {
-  /* Every task of w is handed back: wait out a cancel that read w from a
-   * task before that and may still use it (src/hazard.c). Not under the
-   * lock, which such a cancel may be waiting for. */
-  uv_mutex_unlock(&s->lock);
-  uvs__hazard_wait_cancels(w);
-  uv_mutex_lock(&s->lock);
-  uvs__queue_remove(&w->list_node);
-  /* While the scheduler closes, a closed worker that has no callback may
-   * still be asked for one (uvs_worker_close): keep it in reach until the
-   * end. One whose callback is called is the user's from then on. */
-  if (uvs__load_rlx(&s->state) != UVS__SS_OPEN && w->close_cb == NULL)
-    uvs__queue_push(&s->closed, &w->list_node);
-  s->stats.scheduled += w->nsched;
-  uvs__worker_fold_counts(w);
-  s->stats.ran += uvs__load_acq(&w->nran);
-  s->stats.cancelled += w->ncancelled;
-  uvs__keys_free(w);
-  call_close_cb(s, w);
-  uvs__free(w->hists);
-  w->hists = NULL;
-}
-
-
-/* Callbacks asked for after their worker closed. Lock held. */
-static void call_owed_cbs(uvs_sched_t* s) {
-  uvs__queue_t* q;
-  uvs_worker_t* w;
-
-  for (q = s->closed.next; q != &s->closed; q = q->next) {
-    w = uvs__container_of(q, uvs_worker_t, list_node);
-    if (w->flags & UVS__WF_CB_OWED) {
-      uvs__queue_remove(&w->list_node);
-      call_close_cb(s, w);
-      q = &s->closed; /* the list may have changed meanwhile */
-    }
-  }
-}
-
-
-/* A closing scheduler with nothing left closes its handles; the last
- * handle's callback finishes (handle_closed). Returns 1 if it did. Lock
- * held on entry, not on exit. */
-static int close_handles(uvs_sched_t* s) {
-  if (uvs__load_rlx(&s->state) != UVS__SS_CLOSING ||
-      (s->flags & UVS__SF_HANDLES_CLOSING) || !uvs__queue_empty(&s->workers) ||
-      !uvs__queue_empty(&s->closing) || s->drains != 0) {
-    uv_mutex_unlock(&s->lock);
-    return 0;
-  }
-  s->flags |= UVS__SF_HANDLES_CLOSING;
-  uv_mutex_unlock(&s->lock);
-
-  uvs__post_free_all(s);
-  uvs__timers_free(s->timers);
-  s->timers = NULL;
-  uv_close((uv_handle_t*) &s->async, handle_closed);
-  uv_close((uv_handle_t*) &s->timer, handle_closed);
-  uv_close((uv_handle_t*) &s->idle, handle_closed);
-  uv_close((uv_handle_t*) &s->check, handle_closed);
-  uvs__free(s->runners);
-  s->runners = NULL;
-  s->runner_free = NULL;
-  return 1;
-}
-
-
-/* Completes the closes that can complete. Returns 1 when the scheduler has
- * begun closing its handles: then the caller must not touch them. Lock not
- * held on entry or exit. */
-static int finish_closes(uvs_sched_t* s) {
-  uvs_worker_t* w;
-
-  uv_mutex_lock(&s->lock);
-  for (;;) {
-    /* A worker closes after the done_cb of its last task: deliver first. */
-    if (uvs__load_acq(&s->done_top) != NULL) {
-      uv_mutex_unlock(&s->lock);
-      return 0;
-    }
-    w = next_closable(s);
-    if (w == NULL)
-      break;
-    if (!uvs__load_rlx(&w->closed))
-      shut_door(s, w); /* then look again */
-    else
-      complete_worker(s, w);
-  }
-  call_owed_cbs(s);
-  return close_handles(s);
-}
-
-
 /* Bounded workers that were full and fell to low_water: space_cb; keys
  * that were full and fell to half their bound: key_space_cb. */
 static void call_space_cbs(uvs_sched_t* s) {
@@ -601,7 +410,7 @@ static void process(uvs_sched_t* s, int what) {
   }
   uvs__deliver(s);
   call_space_cbs(s);
-  if (finish_closes(s))
+  if (uvs__finish_closes(s))
     return;
 
   uv_mutex_lock(&s->lock);

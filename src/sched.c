@@ -88,34 +88,6 @@ int uvs_sched_init(uv_loop_t* loop,
 }
 
 
-int uvs_sched_close(uvs_sched_t* s,
-                    uvs_close_how_t how,
-                    uvs_sched_close_cb close_cb) {
-  uvs__queue_t* q;
-  uvs__queue_t* next;
-  uvs_worker_t* w;
-
-  if (s == NULL || (how != UVS_CANCEL && how != UVS_DRAIN))
-    return UV_EINVAL;
-  if (uvs__load_acq(&s->state) != UVS__SS_OPEN || !uvs__on_loop_thread(s))
-    return UV_EINVAL;
-
-  uv_mutex_lock(&s->lock);
-  __atomic_store_n(&s->state, UVS__SS_CLOSING, __ATOMIC_SEQ_CST);
-  s->close_cb = close_cb;
-  for (q = s->workers.next; q != &s->workers; q = next) {
-    next = q->next;
-    w = uvs__container_of(q, uvs_worker_t, list_node);
-    uvs__worker_close_locked(w, how, NULL);
-    __atomic_store_n(&w->flags, w->flags | UVS__WF_BY_SCHED, __ATOMIC_SEQ_CST);
-  }
-  uvs__kick(s);
-  uv_mutex_unlock(&s->lock);
-  uv_ref((uv_handle_t*) &s->async);
-  return 0;
-}
-
-
 uint64_t uvs_now(const uvs_sched_t* sched) {
   uvs_sched_t* s;
 
