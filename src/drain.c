@@ -69,38 +69,6 @@ static int slice_over(slice_t* sl) {
 static UVS__TLS uvs_task_t* batch_slots[UVS__BATCH];
 
 
-/* A periodic run stands for every grid point passed by the time it starts,
- * however long it waited in the queue or the loop was blocked. */
-static void coalesce(uvs_task_t* t) {
-  uint64_t now;
-
-  now = uvs__clock_ms(t->worker->sched);
-  t->due = uvs__grid_latest(t, now);
-}
-
-
-/* After a periodic run (lock held): back on its grid, or handed back. */
-static void finish_periodic(uvs_sched_t* s, uvs_worker_t* w, uvs_task_t* t) {
-  uint64_t now;
-  uint64_t next;
-
-  if ((uvs__load_rlx(&t->state) & UVS__T_CANCELLED) ||
-      (w->flags & UVS__WF_CLOSING)) {
-    uvs__drop(s, t, UV_ECANCELED);
-    return;
-  }
-  /* Fixed rate: the next grid point, or, if the run overran it, the latest
-   * grid point passed, which stands for all those missed meanwhile. */
-  now = uvs__clock_ms(s);
-  next = t->due + t->period;
-  if (next <= now)
-    next = uvs__grid_latest(t, now);
-  t->due = next;
-  uvs__task_update(t, UVS__T_MASK, UVS__T_DELAYED);
-  uvs__delay(w, t);
-}
-
-
 /* A task that was ready longer than max_wait_ms is shed instead of run
  * (lock held): handed back with UV_ETIMEDOUT in its place among the
  * batch's hand-backs (so done_cb order still follows the queue's), a post
@@ -164,7 +132,7 @@ static inline __attribute__((always_inline)) void run_one(uvs_sched_t* s,
   }
 
   if (st & UVS__T_PERIODIC)
-    coalesce(t);
+    uvs__coalesce(t);
   uvs__tls.current = t;
   uvs__tls.rescheduled = 0;
   t->run_cb(t);
@@ -178,7 +146,7 @@ static inline __attribute__((always_inline)) void run_one(uvs_sched_t* s,
     uvs__end_run(t);
   } else if (st & UVS__T_PERIODIC) {
     uv_mutex_lock(&s->lock);
-    finish_periodic(s, w, t);
+    uvs__finish_periodic(s, w, t);
     uv_mutex_unlock(&s->lock);
   } else if (uvs__to_handback(t, 0)) {
     uvs__bump(c.ended);

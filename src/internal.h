@@ -401,11 +401,34 @@ void uvs__kick(uvs_sched_t* sched);
 /* uvs_sched_init's handles: init, and the first loop iteration owed. */
 int uvs__loop_init(uv_loop_t* loop, uvs_sched_t* sched);
 void uvs__loop_start(uvs_sched_t* sched);
+
+/* ---- timer.c: all of time --------------------------------------------- */
+/* Sets a delayed task's due time from t_call (ns) plus delay (ms), never
+ * early: to the us for a one-shot task, to the ms for a periodic one.
+ * t->period must be set. */
+void uvs__set_due(uvs_sched_t* sched,
+                  uvs_task_t* task,
+                  uint64_t t_call,
+                  uint64_t delay);
 /* Publishes uv_now() as the scheduler's uvs_now(). Loop thread. */
 void uvs__publish_now(uvs_sched_t* sched);
+/* Moves due delayed tasks to their workers' queues (lock held). */
+void uvs__fire_timers(uvs_sched_t* sched);
+/* Arms the loop's uv_timer, with timer_cb, for the next due time, or stops
+ * it (lock held, loop thread). */
+void uvs__rearm_timer(uvs_sched_t* sched, uv_timer_cb timer_cb);
 /* Moves a manual clock ms on, firing what falls due in due order. Loop
  * thread, no lock held. */
 void uvs__advance(uvs_sched_t* sched, uint64_t ms);
+/* Queues a delayed task that fell due (lock held). */
+void uvs__due(uvs_worker_t* worker, uvs_task_t* task);
+/* A periodic run stands for every grid point passed by the time it
+ * starts. */
+void uvs__coalesce(uvs_task_t* task);
+/* After a periodic run (lock held): back on its grid, or handed back. */
+void uvs__finish_periodic(uvs_sched_t* sched,
+                          uvs_worker_t* worker,
+                          uvs_task_t* task);
 
 /* ---- close.c ----------------------------------------------------------- */
 /* Completes the closes that can complete (loop thread, no lock held).
@@ -463,8 +486,6 @@ void uvs__worker_push(uvs_worker_t* worker, uvs_task_t* task, int requeue);
  * queue behind its key, and the worker wants a lane if one is free. Lock
  * held. */
 void uvs__worker_file(uvs_worker_t* worker, uvs_task_t* task);
-/* Queues a delayed task that fell due (lock held). */
-void uvs__due(uvs_worker_t* worker, uvs_task_t* task);
 /* Cancels a queued or delayed task of worker (lock held): 0, or UV_EBUSY if
  * a drain already took it. */
 int uvs__cancel_locked(uvs_sched_t* sched, uvs_task_t* task);

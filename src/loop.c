@@ -28,16 +28,6 @@ enum { FIRE_TIMERS = 1, LOOP_TURN = 2 };
 static void process(uvs_sched_t* s, int what);
 
 
-void uvs__publish_now(uvs_sched_t* s) {
-  uint64_t now;
-
-  /* Only the loop thread stores, so a plain max keeps it monotonic. */
-  now = uv_now(s->loop);
-  if (now > uvs__load_rlx(&s->now))
-    uvs__store_rel(&s->now, now);
-}
-
-
 static void idle_cb(uv_idle_t* handle) {
   process(uvs__container_of(handle, uvs_sched_t, idle), LOOP_TURN);
 }
@@ -86,96 +76,6 @@ void uvs__kick(uvs_sched_t* s) {
    * on a worker that can't finish closing, or a drain in flight. */
   if (!__atomic_exchange_n(&s->async_sent, 1, __ATOMIC_ACQ_REL))
     uv_async_send(&s->async);
-}
-
-
-/* A delayed task fell due: it joins the tail of its worker's queue. The
- * wheel hands over a ms at a time; one due later in this ms than *ctx (now,
- * in us) waits on sched->soon, still delayed, for the next timer phase. */
-static void fire(void* ctx, uvs_task_t* t) {
-  uvs_worker_t* w;
-  uvs_sched_t* s;
-
-  w = t->worker;
-  s = w->sched;
-  if (uvs__due_us(t) > *(const uint64_t*) ctx) {
-    uvs__queue_push(&s->soon, &t->tnode);
-    return;
-  }
-  uvs__undelay(w, t);
-  if (w->counting && uvs__admit(w, 1) != 0) {
-    /* Full, and the worker rejects: a periodic task skips this grid
-     * point, a one-shot is handed back. */
-    if (uvs__load_rlx(&t->state) & UVS__T_PERIODIC) {
-      uvs__skip_grid_point(w, t);
-    } else {
-      w->ndropped++;
-      uvs__drop(s, t, UV_ENOBUFS);
-    }
-    return;
-  }
-  uvs__due(w, t);
-}
-
-
-/* Moves due delayed tasks to their workers' queues. Lock held. */
-static void fire_timers(uvs_sched_t* s) {
-  uvs__queue_t batch;
-  uvs__queue_t* q;
-  uint64_t now;
-
-  /* uv_timer may fire up to a ms early, and the loop's cached time lags:
-   * compare with the real clock. A manual clock fires here only what is
-   * due at its time already: a periodic task that a pool run re-armed
-   * after the uvs_clock_advance() that reached its next grid point. What
-   * waited for later in its ms goes first, in due order. */
-  now = uvs__clock_us(s);
-  uvs__queue_init(&batch);
-  uvs__queue_move(&s->soon, &batch);
-  while ((q = uvs__queue_shift(&batch)) != NULL)
-    fire(&now, uvs__container_of(q, uvs_task_t, tnode));
-  uvs__timers_expire(s->timers, now / 1000, fire, &now);
-}
-
-
-static void rearm_timer(uvs_sched_t* s) {
-  uint64_t due;
-  uint64_t now;
-  uint64_t timeout;
-
-  s->timer_asked = UINT64_MAX;
-  /* A manual clock moves only with uvs_clock_advance(): the timer is for
-   * what is due at its time already. */
-  due = uvs__timers_next(s->timers);
-  now = uvs__clock_us(s);
-  if (s->manual_clock && due > now / 1000)
-    due = UINT64_MAX;
-  /* Tasks due later in a ms that has begun: the next ms. */
-  if (!uvs__queue_empty(&s->soon) && due > now / 1000 + 1)
-    due = now / 1000 + 1;
-  if (due == UINT64_MAX) {
-    uv_timer_stop(&s->timer);
-    s->timer_due = UINT64_MAX;
-    return;
-  }
-  if (uv_is_active((uv_handle_t*) &s->timer) && s->timer_due == due)
-    return;
-  /* The poll wakes a whole number of ms after it begins, whatever the
-   * phase of the real clock: the timeout is counted from the real clock
-   * now (libuv's cached time, brought up to date first so that the timer
-   * is due by it), rounded up, so that the wake is at or after the start
-   * of due's ms, where the wheel hands its tasks over. What is due
-   * already fires at the next timer phase. A task waiting on soon is due
-   * within the ms after now: the wake a ms from now is late for it by
-   * less than a ms, never early. */
-  if (!s->manual_clock)
-    uv_update_time(s->loop);
-  if (due * 1000 <= now)
-    timeout = 0;
-  else
-    timeout = (due * 1000 - now + 999) / 1000;
-  s->timer_due = due;
-  uv_timer_start(&s->timer, timer_cb, timeout, 0);
 }
 
 
@@ -397,7 +297,7 @@ static void process(uvs_sched_t* s, int what) {
   s->flags &= ~UVS__SF_KICKED;
   uv_mutex_lock(&s->lock);
   if (what & FIRE_TIMERS)
-    fire_timers(s);
+    uvs__fire_timers(s);
   dispatch(s);
   uv_mutex_unlock(&s->lock);
 
@@ -415,7 +315,7 @@ static void process(uvs_sched_t* s, int what) {
 
   uv_mutex_lock(&s->lock);
   dispatch(s); /* for work that done callbacks just scheduled */
-  rearm_timer(s);
+  uvs__rearm_timer(s, timer_cb);
   /* Ready pool workers left on their lists wait for a drain to end, which
    * comes back here: only loop work needs the idle handle. */
   more = (s->flags & UVS__SF_KICKED) || !uvs__queue_empty(&s->loop_ready) ||
@@ -498,26 +398,4 @@ void uvs__loop_start(uvs_sched_t* s) {
   if (!s->keep_alive)
     uv_unref((uv_handle_t*) &s->async);
   uv_idle_start(&s->idle, idle_cb);
-}
-
-
-void uvs__advance(uvs_sched_t* s, uint64_t ms) {
-  uint64_t target;
-  uint64_t next;
-  uint64_t now;
-
-  uv_mutex_lock(&s->lock);
-  target = uvs__load_rlx(&s->manual_now) + ms;
-  /* Step to each time something is due (or the wheel must cascade), so
-   * that tasks fire in due order and periodic ones see the clock of their
-   * own grid point, as if the time had passed. */
-  while ((next = uvs__timers_next(s->timers)) <= target) {
-    if (next > uvs__load_rlx(&s->manual_now))
-      uvs__store_rel(&s->manual_now, next);
-    now = uvs__load_rlx(&s->manual_now) * 1000;
-    uvs__timers_expire(s->timers, now / 1000, fire, &now);
-  }
-  uvs__store_rel(&s->manual_now, target);
-  uvs__kick(s);
-  uv_mutex_unlock(&s->lock);
 }

@@ -206,30 +206,6 @@ static int accept_now(uvs_worker_t* w,
 }
 
 
-/* Sets the due time of a delay from t_call on s's clock (uvs__due_us()):
- * rounded up, so that it is never before t_call + delay (guarantee 6); to
- * the us for a one-shot task, to the ms for a periodic one, whose grid
- * stays on whole ms; a manual clock stands still between advances, so its
- * now is exact. period must be set. */
-static void set_due(uvs_sched_t* s,
-                    uvs_task_t* t,
-                    uint64_t t_call,
-                    uint64_t delay) {
-  uint64_t us;
-
-  t->status = 0;
-  if (s->manual_clock) {
-    t->due = uvs__clock_ms(s) + delay;
-  } else if (t->period != 0) {
-    t->due = (t_call + 999999) / 1000000 + delay;
-  } else {
-    us = (t_call + 999) / 1000 + delay * 1000;
-    t->due = us / 1000;
-    t->status = (int) (us % 1000);
-  }
-}
-
-
 /* Schedules a delayed or periodic task: the timer wheel needs the lock. */
 static int accept_later(uvs_worker_t* w,
                         uvs_task_t* t,
@@ -257,7 +233,7 @@ static int accept_later(uvs_worker_t* w,
   } else {
     uvs__store_rel(&t->worker, w);
     t->period = period_ms;
-    set_due(s, t, t_call, delay_ms);
+    uvs__set_due(s, t, t_call, delay_ms);
     publish(t, claimed,
             (period_ms != 0 ? UVS__T_PERIODIC : 0) | UVS__T_DELAYED);
     uvs__delay(w, t);
@@ -451,7 +427,7 @@ static int reschedule(uvs_task_t* t, uvs__hazard_t* hz, uint64_t delay) {
     /* Out of the wheel and back in at the tail of its new slot: for the
      * same-ms order it counts as scheduled now. */
     uvs__undelay(w, t);
-    set_due(s, t, t_call, delay);
+    uvs__set_due(s, t, t_call, delay);
     uvs__delay(w, t);
   }
   uv_mutex_unlock(&s->lock);

@@ -298,21 +298,6 @@ void uvs__turn_ended(uvs_worker_t* w) {
 }
 
 
-void uvs__due(uvs_worker_t* w, uvs_task_t* t) {
-  uvs__task_update(t, UVS__T_MASK, UVS__T_QUEUED);
-  uvs__mark_ready(w, t);
-  /* With per-key bounds every queued task is filed under its key: one
-   * that falls due is counted there too, past the bound if need be (its
-   * entry can't be had without memory: then it goes the inbox's way and
-   * lanes take it in later). */
-  if (w->key_max != 0 && uvs__keys_reserve(w, t) == 0) {
-    uvs__worker_file(w, t);
-    return;
-  }
-  uvs__worker_push(w, t, 1);
-}
-
-
 void uvs__worker_file(uvs_worker_t* w, uvs_task_t* t) {
   unsigned idle;
 
