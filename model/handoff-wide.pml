@@ -9,12 +9,12 @@
  * fairness); and work conservation (guarantee 12): whenever nothing can
  * move but long tasks, no task waits queued while a lane is free and the
  * cap has room. The script also checks that the model is not vacuous:
- * with -DBROKEN_NO_LOOK (lane_work_done() frees the lane without looking
+ * with -DBROKEN_NO_LOOK (uvs__lane_ended() frees the lane without looking
  * at the queue), -DBROKEN_LANES_FIRST (a producer reads lanes_active
- * before its push) or -DBROKEN_NO_RELIST (serve_wide() does not list the
+ * before its push) or -DBROKEN_NO_RELIST (uvs__serve_wide() does not list the
  * worker again after a push caught mid-way) spin must find a lost task
  * even with the work-conservation assertion left out (-DNO_CONSERVE), and
- * with -DBROKEN_ONE_LANE (serve_wide() posts one lane a call, whatever is
+ * with -DBROKEN_ONE_LANE (uvs__serve_wide() posts one lane a call, whatever is
  * queued), which loses nothing, the work-conservation assertion must
  * fail.
  *
@@ -74,9 +74,10 @@
  *                                  IDLE -> SCHEDULED, then under the lock
  *                                  uvs__worker_make_ready() in
  *                                  src/worker.c: listed on wide_ready once
- *   Loop: serve a listed worker    dispatch() in src/loop.c, while room()
- *                                  in src/loop.c, calling serve_wide() in
- *                                  src/loop.c: off the list, store IDLE,
+ *   Loop: serve a listed worker    dispatch() in src/loop.c, while
+ *                                  uvs__room() has room, calling
+ *                                  uvs__serve_wide() in src/lane.c: off
+ *                                  the list, store IDLE,
  *                                  take the inbox in, post the lanes
  *                                  wanted; at the cap, CAS back to
  *                                  SCHEDULED and list again; after a push
@@ -87,14 +88,14 @@
  *                                  look at the tail (uvs__inbox_nonempty()
  *                                  in src/inbox.c) says UV_EAGAIN
  *   wanted()                       uvs__keys_lanes_wanted() in src/keys.c
- *   post_lane()                    post_lane() in src/loop.c: the first
+ *   post_lane()                    post_lane() in src/lane.c: the first
  *                                  free lane, seeking
  *                                  (uvs__keys_seeking() in src/keys.c),
  *                                  lanes_active and drains up, then
  *                                  uv_queue_work
- *   want_lanes()                   want_lanes() in src/loop.c: CAS IDLE
+ *   want_lanes()                   want_lanes() in src/lane.c: CAS IDLE
  *                                  -> SCHEDULED, and list on success
- *   proctype Lane (one per lane;   lane_work() in src/loop.c running
+ *   proctype Lane (one per lane;   lane_work() in src/lane.c running
  *   each `go` is one               uvs__lane_turn() in src/drain.c, which
  *   uv_queue_work)                 is turn() in src/drain.c: under the
  *                                  lock, fill() in src/drain.c stops
@@ -104,14 +105,15 @@
  *                                  lock, and goes on until nothing is
  *                                  left to pick or BUDGET is spent
  *   Loop: lane_done()              lane_work_done() in src/loop.c, its
- *                                  after_work_cb on the loop thread:
- *                                  drains down, seeking off, seq_cst
+ *                                  after_work_cb on the loop thread,
+ *                                  calling uvs__lane_ended() in
+ *                                  src/lane.c: drains down, seeking off, seq_cst
  *                                  store of lanes_active - 1, then
  *                                  uvs__worker_nonempty() in
  *                                  src/internal.h (inbox tail, seq_cst,
  *                                  or kready) and want_lanes()
- *   Loop: timer push               fire() in src/loop.c calling uvs__due()
- *                                  in src/worker.c, which calls
+ *   Loop: timer push               fire() in src/timer.c calling uvs__due()
+ *                                  in src/timer.c, which calls
  *                                  uvs__worker_push(requeue = 1) with the
  *                                  lock held
  *   Quiescent()                    none: the model's checks when nothing

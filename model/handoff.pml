@@ -65,8 +65,8 @@
  *                                  matter to the hand-off, only the lock
  *                                  and the seq_cst store and second look
  *   nonempty()                     uvs__inbox_nonempty() in src/inbox.c
- *   Loop: timer push               fire() in src/loop.c calling uvs__due()
- *                                  in src/worker.c, which calls
+ *   Loop: timer push               fire() in src/timer.c calling uvs__due()
+ *                                  in src/timer.c, which calls
  *                                  uvs__worker_push(requeue = 1) with the
  *                                  lock held (also
  *                                  uvs__worker_close_locked() in

@@ -430,6 +430,22 @@ void uvs__finish_periodic(uvs_sched_t* sched,
                           uvs_worker_t* worker,
                           uvs_task_t* task);
 
+/* ---- lane.c: a wide worker's lanes ------------------------------------ */
+/* Can the scheduler run one more drain (its cap, guarantee 12)? */
+static inline int uvs__room(const uvs_sched_t* s) {
+  return s->drains < s->cap;
+}
+/* Posts a lane, ending in lane_done, for each task of the listed wide
+ * worker w that one could start, as far as the width and the cap leave
+ * room. Returns 0 if the cap left it wanting more: then it goes back to
+ * the head of list. Lock held, loop thread. */
+int uvs__serve_wide(uvs_sched_t* sched,
+                    uvs_worker_t* w,
+                    uvs__queue_t* list,
+                    uv_after_work_cb lane_done);
+/* A lane's uv_work ended (lock held, loop thread). */
+void uvs__lane_ended(uvs__lane_t* lane);
+
 /* ---- close.c ----------------------------------------------------------- */
 /* Completes the closes that can complete (loop thread, no lock held).
  * Returns 1 once the scheduler has begun closing its handles: then the

@@ -79,15 +79,6 @@ void uvs__kick(uvs_sched_t* s) {
 }
 
 
-static void lane_work(uv_work_t* req) {
-  uvs__lane_t* lane;
-
-  lane = uvs__container_of(req, uvs__lane_t, work);
-  uvs__tls.pool = 1;
-  uvs__lane_turn(lane);
-}
-
-
 static void runner_work(uv_work_t* req) {
   uvs__runner_t* r;
 
@@ -113,112 +104,18 @@ static void runner_done(uv_work_t* req, int status) {
 }
 
 
-/* A wide worker wants a look from dispatch(): it is listed once, until
- * dispatch() takes it off the list. Lock held. */
-static void want_lanes(uvs_worker_t* w) {
-  unsigned idle;
-
-  idle = UVS__WS_IDLE;
-  if (__atomic_compare_exchange_n(&w->state, &idle, UVS__WS_SCHEDULED, 0,
-                                  __ATOMIC_SEQ_CST, __ATOMIC_RELAXED))
-    uvs__worker_make_ready(w);
-}
-
-
-/* A lane of a wide worker ended (loop thread): what it leaves behind asks
- * for a lane again. */
+/* A lane of a wide worker ended (loop thread). */
 static void lane_work_done(uv_work_t* req, int status) {
   uvs__lane_t* lane;
-  uvs_worker_t* w;
   uvs_sched_t* s;
 
-  (void) status;
+  (void) status; /* never cancelled with uv_cancel */
   lane = uvs__container_of(req, uvs__lane_t, work);
-  w = lane->w;
-  s = w->sched;
+  s = lane->w->sched;
   uv_mutex_lock(&s->lock);
-  s->drains--;
-  lane->active = 0;
-  if (lane->seeking) {
-    lane->seeking = 0;
-    uvs__keys_seeking(w, -1);
-  }
-  /* The other half of uvs__worker_push()'s hand-off for a wide worker:
-   * a producer that found every lane busy wanted none; this end looks at
-   * the queue after it frees a lane, so one of the two sees the other. */
-  __atomic_store_n(&w->lanes_active, w->lanes_active - 1, __ATOMIC_SEQ_CST);
-  if (w->flags & UVS__WF_CLOSING)
-    uvs__kick(s); /* the loop sweeps and completes closes (close.c) */
-  if (uvs__worker_nonempty(w))
-    want_lanes(w);
+  uvs__lane_ended(lane);
   uv_mutex_unlock(&s->lock);
   process(s, 0);
-}
-
-
-/* Posts one more lane of a wide worker; lanes_active < width says one of
- * its lanes is free. */
-static void post_lane(uvs_sched_t* s, uvs_worker_t* w) {
-  uvs__lane_t* lane;
-  unsigned i;
-
-  for (i = 0; uvs__keys_lane(w, i)->active; i++)
-    ;
-  lane = uvs__keys_lane(w, i);
-  lane->active = 1;
-  lane->seeking = 1;
-  uvs__keys_seeking(w, 1);
-  uvs__store_rel(&w->lanes_active, w->lanes_active + 1);
-  s->drains++;
-  s->stats.drains++;
-  if (uv_queue_work(s->loop, &lane->work, lane_work, lane_work_done) != 0)
-    abort();
-}
-
-
-static int room(const uvs_sched_t* s) {
-  return s->drains < s->cap;
-}
-
-
-/* Posts a lane for each task of a listed wide worker that one could
- * start, as far as the width and the cap leave room. Returns 0 if the cap
- * left it wanting more: then it goes back to the head of list. Lock
- * held. */
-static int serve_wide(uvs_sched_t* s, uvs_worker_t* w, uvs__queue_t* list) {
-  unsigned want;
-  unsigned idle;
-  int busy;
-
-  uvs__queue_remove(&w->ready_node);
-  w->phase = UVS__P_IDLE;
-  /* From here a producer lists it again; what came before is taken in
-   * below. */
-  __atomic_store_n(&w->state, UVS__WS_IDLE, __ATOMIC_SEQ_CST);
-  if (uvs__cancelling(w)) {
-    uvs__kick(s); /* late arrivals don't run: the loop sweeps them */
-    return 1;
-  }
-  busy = uvs__keys_intake(w) == UV_EAGAIN;
-  want = uvs__keys_lanes_wanted(w);
-  while (want > 0 && room(s)) {
-    post_lane(s, w);
-    want--;
-  }
-  if (want > 0) {
-    idle = UVS__WS_IDLE;
-    if (__atomic_compare_exchange_n(&w->state, &idle, UVS__WS_SCHEDULED, 0,
-                                    __ATOMIC_SEQ_CST, __ATOMIC_RELAXED)) {
-      w->phase = UVS__P_READY;
-      uvs__queue_unshift(list, &w->ready_node);
-    }
-    return 0;
-  }
-  /* A push caught between its two steps, whose producer may have seen the
-   * worker listed: look again once it has linked. */
-  if (busy)
-    want_lanes(w);
-  return 1;
 }
 
 
@@ -235,15 +132,15 @@ static void dispatch(uvs_sched_t* s) {
    * the next call. */
   uvs__queue_init(&wide);
   uvs__queue_move(&s->wide_ready, &wide);
-  while (room(s) && !uvs__queue_empty(&wide)) {
+  while (uvs__room(s) && !uvs__queue_empty(&wide)) {
     w = uvs__container_of(wide.next, uvs_worker_t, ready_node);
-    if (!serve_wide(s, w, &wide))
+    if (!uvs__serve_wide(s, w, &wide, lane_work_done))
       break;
   }
   uvs__queue_move(&s->wide_ready, &wide);
   uvs__queue_move(&wide, &s->wide_ready);
 
-  while (room(s) && s->runner_free != NULL &&
+  while (uvs__room(s) && s->runner_free != NULL &&
          (q = uvs__queue_shift(&s->ready)) != NULL) {
     w = uvs__container_of(q, uvs_worker_t, ready_node);
     w->phase = UVS__P_POSTED;
