@@ -1,7 +1,6 @@
-/* Bounded workers and per-worker metrics (0.2): admission of a task onto a
- * worker with max_pending, the three policies for a full worker, the
- * space callback, blocked producers, and the counters and histograms of
- * uvs_worker_metrics().
+/* Bounded workers (0.2): admission of a task onto a worker with
+ * max_pending, the three policies for a full worker, the space callbacks,
+ * blocked producers, and the queued count that bounds and metrics read.
  *
  * A worker counts its queued tasks only when it is bounded or keeps
  * metrics, so that the plain hot path pays nothing: producers add to q_in
@@ -225,26 +224,6 @@ void uvs__unqueued(uvs_worker_t* w) {
 }
 
 
-void uvs__hist_add(uvs_hist_t* h, uint64_t ns) {
-  uint64_t us;
-  uint64_t max;
-  unsigned k;
-
-  us = ns / 1000;
-  k = us == 0 ? 0 : 64 - (unsigned) __builtin_clzll(us);
-  if (k > 23)
-    k = 23;
-  __atomic_fetch_add(&h->count, 1, __ATOMIC_RELAXED);
-  __atomic_fetch_add(&h->sum_ns, ns, __ATOMIC_RELAXED);
-  __atomic_fetch_add(&h->bucket[k], 1, __ATOMIC_RELAXED);
-  max = __atomic_load_n(&h->max_ns, __ATOMIC_RELAXED);
-  while (ns > max &&
-         !__atomic_compare_exchange_n(&h->max_ns, &max, ns, 1, __ATOMIC_RELAXED,
-                                      __ATOMIC_RELAXED))
-    ;
-}
-
-
 /* Is a task of key full on w: the worker at max_pending, or its key at
  * key_max_pending? Lock held. */
 static int full_for(uvs_worker_t* w, uint64_t key) {
@@ -284,42 +263,4 @@ int uvs__wait_room(uvs_worker_t* w,
     err = UV_ETIMEDOUT;
   uv_mutex_unlock(&s->lock);
   return err;
-}
-
-
-uint64_t uvs_hist_quantile(const uvs_hist_t* h, double q) {
-  uint64_t n;
-  uint64_t want;
-  uint64_t seen;
-  uint64_t bound;
-  double x;
-  unsigned k;
-
-  if (h == NULL || !(q >= 0.0 && q <= 1.0)) /* NaN fails both */
-    return 0;
-  n = 0;
-  for (k = 0; k < 24; k++) n += h->bucket[k];
-  if (n == 0)
-    return 0;
-  /* max(1, ceil(q * n)), computed so that q * n never rounds past n, and
-   * q = 1 exactly (a double holds counts to 2^53 only). */
-  x = q * (double) n;
-  want = (uint64_t) x;
-  if ((double) want < x)
-    want++;
-  if (q == 1.0)
-    want = n;
-  if (want < 1)
-    want = 1;
-  if (want > n)
-    want = n;
-  seen = 0;
-  for (k = 0; k < 23; k++) {
-    seen += h->bucket[k];
-    if (seen >= want) {
-      bound = ((uint64_t) 1 << k) * 1000;
-      return bound < h->max_ns ? bound : h->max_ns;
-    }
-  }
-  return h->max_ns; /* the last bucket holds everything longer */
 }

@@ -502,9 +502,6 @@ void uvs__worker_push(uvs_worker_t* worker, uvs_task_t* task, int requeue);
  * queue behind its key, and the worker wants a lane if one is free. Lock
  * held. */
 void uvs__worker_file(uvs_worker_t* worker, uvs_task_t* task);
-/* Cancels a queued or delayed task of worker (lock held): 0, or UV_EBUSY if
- * a drain already took it. */
-int uvs__cancel_locked(uvs_sched_t* sched, uvs_task_t* task);
 /* A turn of the worker ended (lock held, any thread): idle, or ready
  * again at the tail of its list. */
 void uvs__turn_ended(uvs_worker_t* worker);

@@ -1,8 +1,9 @@
-/* Tasks: init, the schedule calls, and cancel. */
+/* Tasks: init, keys, and the schedule calls, from the claim of a task's
+ * state word to its acceptance into a worker's custody: queued now (the
+ * inbox, or filed under its key with per-key bounds), or delayed (the
+ * wheel, timer.c), past the worker's bound as bound.c decides. */
 
 #include "internal.h"
-
-#include <sched.h>
 
 
 UVS__TLS struct uvs__tls_s uvs__tls;
@@ -309,152 +310,6 @@ int uvs_schedule_every(uvs_worker_t* worker,
 }
 
 
-/* Takes the lock of the scheduler whose worker holds t queued or delayed,
- * with that worker named in hz: 0 and *sp locked, *stp the state seen
- * under the lock, or UV_EBUSY if t is in no worker's custody (cancelled,
- * handed back). */
-static int lock_custody(uvs_task_t* t,
-                        uvs__hazard_t* hz,
-                        uvs_sched_t** sp,
-                        unsigned* stp) {
-  uvs_worker_t* w;
-  uvs_sched_t* s;
-  unsigned st;
-
-  for (;;) {
-    st = uvs__load_acq(&t->state);
-    switch (st & UVS__T_MASK) {
-      case UVS__T_QUEUED:
-      case UVS__T_DELAYED:
-        break;
-      case UVS__T_CLAIMED:
-        sched_yield(); /* a schedule call is filling it in */
-        continue;
-      default:
-        return UV_EBUSY; /* cancelled, or handed back */
-    }
-
-    /* w may finish closing and be freed at any moment: name it in this
-     * thread's hazard slot, which its close waits out, then check that the
-     * task is still pending in it. If the close completed first, the check
-     * sees the task handed back (src/hazard.c). */
-    w = uvs__load_acq(&t->worker);
-    uvs__hazard_protect(hz, w);
-    st = uvs__load_acq(&t->state);
-    if (((st & UVS__T_MASK) != UVS__T_QUEUED &&
-         (st & UVS__T_MASK) != UVS__T_DELAYED) ||
-        uvs__load_acq(&t->worker) != w)
-      continue;
-    s = w->sched;
-    uv_mutex_lock(&s->lock);
-    /* The worker first, then the state. Seeing w as the worker after a
-     * claim that moved the task to w means seeing that claim: the state is
-     * then CLAIMED or published to w. Seeing w before any such claim, a
-     * queued state means the task is in w's custody, and a claim that takes
-     * it out needs the lock held here. */
-    if (uvs__load_acq(&t->worker) == w) {
-      st = uvs__load_acq(&t->state);
-      if ((st & UVS__T_MASK) == UVS__T_QUEUED ||
-          (st & UVS__T_MASK) == UVS__T_DELAYED) {
-        *sp = s;
-        *stp = st;
-        return 0;
-      }
-    }
-    /* Moved, handed back or re-scheduled meanwhile: look again. */
-    uv_mutex_unlock(&s->lock);
-  }
-}
-
-
-static int cancel(uvs_task_t* t, uvs__hazard_t* hz) {
-  uvs_sched_t* s;
-  unsigned st;
-  int err;
-
-  err = lock_custody(t, hz, &s, &st);
-  if (err != 0)
-    return err;
-  err = uvs__cancel_locked(s, t);
-  if (err == UV_EBUSY && (st & UVS__T_PERIODIC)) {
-    /* Running: the run finishing hands it back instead of re-arming it. */
-    if (!(st & UVS__T_CANCELLED)) {
-      uvs__task_update(t, 0, UVS__T_CANCELLED);
-      err = 0;
-    }
-  }
-  uv_mutex_unlock(&s->lock);
-  return err;
-}
-
-
-/* Is t on its way back from a worker or scheduler that is closing: handed
- * back, its done_cb not called yet? The worker named in hz is alive while
- * the task has not been delivered (its close completes after that). */
-static int closing_holds(uvs_task_t* t, uvs__hazard_t* hz) {
-  uvs_worker_t* w;
-
-  if ((uvs__load_acq(&t->state) & UVS__T_MASK) != UVS__T_HANDBACK)
-    return 0;
-  w = uvs__load_acq(&t->worker);
-  uvs__hazard_protect(hz, w);
-  if ((uvs__load_acq(&t->state) & UVS__T_MASK) != UVS__T_HANDBACK ||
-      uvs__load_acq(&t->worker) != w)
-    return 0;
-  return uvs__shut(w->sched, w);
-}
-
-
-static int reschedule(uvs_task_t* t, uvs__hazard_t* hz, uint64_t delay) {
-  uvs_worker_t* w;
-  uvs_sched_t* s;
-  uint64_t t_call;
-  unsigned st;
-  int err;
-
-  t_call = uvs__hrtime_late();
-  err = lock_custody(t, hz, &s, &st);
-  if (err == UV_EBUSY && closing_holds(t, hz))
-    return UV_ESHUTDOWN; /* it comes back as the close decides */
-  if (err != 0)
-    return err;
-  w = t->worker;
-  if (uvs__shut(s, w))
-    err = UV_ESHUTDOWN; /* it comes back as the close decides */
-  else if ((st & UVS__T_MASK) != UVS__T_DELAYED)
-    err = UV_EBUSY; /* queued or running: it runs as before */
-  else {
-    /* Out of the wheel and back in at the tail of its new slot: for the
-     * same-ms order it counts as scheduled now. */
-    uvs__undelay(w, t);
-    uvs__set_due(s, t, t_call, delay);
-    uvs__delay(w, t);
-  }
-  uv_mutex_unlock(&s->lock);
-  return err;
-}
-
-
-int uvs_task_cancel(uvs_task_t* t) {
-  uvs__hazard_t* hz;
-  unsigned st;
-  int err;
-
-  if (t == NULL)
-    return UV_EINVAL;
-  st = uvs__load_acq(&t->state);
-  if ((st & UVS__T_MASK) == UVS__T_IDLE || t->done_cb == NULL)
-    return UV_EINVAL;
-  /* A cancel may read a task's worker just as the task is handed back and
-   * its worker closed and freed: the hazard slot keeps the worker it uses
-   * alive, and no other. */
-  hz = uvs__hazard_enter();
-  err = cancel(t, hz);
-  uvs__hazard_leave(hz);
-  return err;
-}
-
-
 int uvs_schedule_wait(uvs_worker_t* w, uvs_task_t* t, uint64_t timeout_ms) {
   uvs__waiter_t waiter;
   uint64_t deadline;
@@ -506,21 +361,4 @@ int uvs_task_set_key(uvs_task_t* t, uint64_t key) {
     return UV_EBUSY;
   t->key = key;
   return 0;
-}
-
-
-int uvs_task_reschedule(uvs_task_t* t, uint64_t delay_ms) {
-  uvs__hazard_t* hz;
-  unsigned st;
-  int err;
-
-  if (t == NULL || delay_ms > UVS__MAX_MS)
-    return UV_EINVAL;
-  st = uvs__load_acq(&t->state);
-  if ((st & UVS__T_MASK) == UVS__T_IDLE)
-    return UV_EINVAL; /* never scheduled */
-  hz = uvs__hazard_enter();
-  err = reschedule(t, hz, delay_ms);
-  uvs__hazard_leave(hz);
-  return err;
 }
