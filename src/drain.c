@@ -314,6 +314,118 @@ static unsigned fill(uvs_worker_t* w,
 }
 
 
+/* What a turn carries from one batch to the next. */
+typedef struct {
+  uvs_sched_t* s;
+  uvs_worker_t* w;
+  uvs__lane_t* lane;   /* NULL for a serial worker */
+  uvs_task_t*** batch; /* where the running batch is published, for a */
+  unsigned* batch_len; /* cancel or close that tombstones its slots */
+  counts_t c;
+  slice_t* sl; /* a runner's, shared by the workers it serves, or own */
+  slice_t own;
+  uvs__queue_t posts; /* post nodes that ran, recycled under the lock */
+  uvs__chain_t done;  /* the batch's hand-backs, in run order */
+  unsigned budget;
+  unsigned batch_max;
+  unsigned ran;
+  int check; /* a task ran: the slice is looked at from now on */
+  int over;  /* the slice has passed */
+} turn_t;
+
+
+static void turn_init(turn_t* tn,
+                      uvs_worker_t* w,
+                      uvs__lane_t* lane,
+                      slice_t* rs,
+                      unsigned budget) {
+  tn->s = w->sched;
+  tn->w = w;
+  tn->lane = lane;
+  tn->batch = lane != NULL ? &lane->batch : &w->batch;
+  tn->batch_len = lane != NULL ? &lane->batch_len : &w->batch_len;
+  tn->c.ran = lane != NULL ? &lane->nran : &w->nran;
+  tn->c.ended = lane != NULL ? &lane->nended_run : &w->nended_run;
+  tn->own.end_ns = 0;
+  tn->own.end_tick = 0;
+  tn->own.per_ms = 0;
+  tn->sl = &tn->own;
+  tn->budget = budget;
+  tn->batch_max = UVS__BATCH;
+  if (budget == 0) {
+    tn->budget = UINT32_MAX;
+    if (rs != NULL)
+      tn->sl = rs;
+    else
+      slice_start(&tn->own);
+    tn->batch_max = UVS__FIRST_BATCH;
+  }
+  tn->ran = 0;
+  tn->check = 0;
+  tn->over = 0;
+  tn->done.newest = NULL;
+  tn->done.oldest = NULL;
+  uvs__queue_init(&tn->posts);
+}
+
+
+/* Runs, sheds or hands back the tasks of a filled batch, without the
+ * lock, until the slice passes. Returns how many slots it took: the rest
+ * go back to the queue. */
+static unsigned run_batch(turn_t* tn, uvs_task_t** slots, unsigned n) {
+  uvs_worker_t* w;
+  uvs_sched_t* s;
+  uvs_task_t* t;
+  unsigned i;
+  int cancel;
+
+  w = tn->w;
+  s = tn->s;
+  for (i = 0; i < n; i++) {
+    /* No task starts once the slice has passed (a lane looked before it
+     * picked its first). */
+    if ((tn->lane == NULL || i > 0) && tn->check && slice_over(tn->sl)) {
+      tn->over = 1;
+      break;
+    }
+    t = __atomic_exchange_n(&slots[i], UVS__SLOT_TAKEN, __ATOMIC_ACQ_REL);
+    if (t == UVS__SLOT_TOMB)
+      continue; /* a lane still releases its key at the batch's end */
+    cancel = uvs__cancelling(w);
+    if (cancel || uvs__stale(w, t)) {
+      uv_mutex_lock(&s->lock);
+      uvs__unqueued(w);
+      if (cancel)
+        uvs__drop(s, t, UV_ECANCELED);
+      else
+        shed(s, w, t, &tn->done);
+      uv_mutex_unlock(&s->lock);
+      continue;
+    }
+    if (w->counting)
+      run_counted(s, w, tn->c, t, &tn->posts, &tn->done);
+    else
+      run_one(s, w, tn->c, t, &tn->posts, &tn->done);
+    tn->check = tn->sl->end_ns != 0;
+  }
+  /* The batch's hand-backs in one go, in the order the tasks ran, before
+   * the keys let the next task of each start. */
+  uvs__chain_push(s, &tn->done);
+  tn->ran += i;
+  /* The real clock once a batch (every UVS__BATCH tasks for a lane, which
+   * takes one at a time) as well: the tick counter of another core may run
+   * behind this one's. */
+  if (tn->sl->end_ns != 0 && !tn->over &&
+      (tn->lane == NULL || tn->ran % UVS__BATCH < i)) {
+    if (uv_hrtime() >= tn->sl->end_ns)
+      tn->over = 1;
+    else if (tn->batch_max < UVS__BATCH)
+      tn->batch_max *= 2;
+  }
+  return i;
+}
+
+
 /* Runs one turn of a worker: up to budget tasks, a batch at a time, or,
  * with budget 0, until the time slice passes (rs: a runner's slice, shared
  * by the workers it serves; NULL: a slice of its own). lane is NULL for a
@@ -325,66 +437,31 @@ static unsigned turn(uvs_worker_t* w,
                      slice_t* rs,
                      unsigned budget,
                      int held) {
-  uvs_sched_t* s;
   uvs_task_t** slots;
-  uvs_task_t*** batch;
-  unsigned* batch_len;
-  uvs_task_t* t;
-  uvs__queue_t posts;
-  uvs__chain_t done;
-  counts_t c;
-  slice_t own;
-  slice_t* sl;
-  unsigned batch_max;
-  unsigned ran;
+  uvs_sched_t* s;
+  turn_t tn;
   unsigned max;
   unsigned n;
   unsigned i;
-  int cancel;
-  int check;
-  int over;
 
-  s = w->sched;
+  turn_init(&tn, w, lane, rs, budget);
+  s = tn.s;
   slots = batch_slots;
-  batch = lane != NULL ? &lane->batch : &w->batch;
-  batch_len = lane != NULL ? &lane->batch_len : &w->batch_len;
-  c.ran = lane != NULL ? &lane->nran : &w->nran;
-  c.ended = lane != NULL ? &lane->nended_run : &w->nended_run;
-  own.end_ns = 0;
-  own.end_tick = 0;
-  own.per_ms = 0;
-  sl = &own;
-  batch_max = UVS__BATCH;
-  if (budget == 0) {
-    budget = UINT32_MAX;
-    if (rs != NULL)
-      sl = rs;
-    else
-      slice_start(&own);
-    batch_max = UVS__FIRST_BATCH;
-  }
-  ran = 0;
-  check = 0;
-  over = 0;
   uvs__tls.draining = 1;
-  done.newest = NULL;
-  done.oldest = NULL;
-  uvs__queue_init(&posts);
   if (!held)
     uv_mutex_lock(&s->lock);
   for (;;) {
-    uvs__post_release_all(s, &posts);
-    if (ran >= budget || over)
+    uvs__post_release_all(s, &tn.posts);
+    if (tn.ran >= tn.budget || tn.over)
       break;
     if ((w->flags & UVS__WF_CLOSING) && !(w->flags & UVS__WF_DRAIN))
       break; /* late arrivals don't run: the loop sweeps them (close.c) */
-
     /* A lane looks at its slice before it picks, not after: a picked task
      * has left its key's count (keys.c), and one put back would count in
      * again after a producer may have filled the room it seemed to make. */
-    if (lane != NULL && check && slice_over(sl))
+    if (lane != NULL && tn.check && slice_over(tn.sl))
       break;
-    max = budget - ran < batch_max ? budget - ran : batch_max;
+    max = tn.budget - tn.ran < tn.batch_max ? tn.budget - tn.ran : tn.batch_max;
     n = fill(w, lane, slots, max);
     if (n == 0) {
       /* A runner with other workers waiting doesn't linger on this one. */
@@ -393,51 +470,10 @@ static unsigned turn(uvs_worker_t* w,
         continue;
       break;
     }
-    *batch = slots;
-    *batch_len = n;
+    *tn.batch = slots;
+    *tn.batch_len = n;
     uv_mutex_unlock(&s->lock);
-
-    for (i = 0; i < n; i++) {
-      /* No task starts once the slice has passed (a lane looked before
-       * it picked its first). */
-      if ((lane == NULL || i > 0) && check && slice_over(sl)) {
-        over = 1;
-        break;
-      }
-      t = __atomic_exchange_n(&slots[i], UVS__SLOT_TAKEN, __ATOMIC_ACQ_REL);
-      if (t == UVS__SLOT_TOMB)
-        continue; /* a lane still releases its key at the batch's end */
-      cancel = uvs__cancelling(w);
-      if (cancel || uvs__stale(w, t)) {
-        uv_mutex_lock(&s->lock);
-        uvs__unqueued(w);
-        if (cancel)
-          uvs__drop(s, t, UV_ECANCELED);
-        else
-          shed(s, w, t, &done);
-        uv_mutex_unlock(&s->lock);
-        continue;
-      }
-      if (w->counting)
-        run_counted(s, w, c, t, &posts, &done);
-      else
-        run_one(s, w, c, t, &posts, &done);
-      check = sl->end_ns != 0;
-    }
-    /* The batch's hand-backs in one go, in the order the tasks ran, before
-     * the keys let the next task of each start. */
-    uvs__chain_push(s, &done);
-    ran += i;
-    /* The real clock once a batch (every UVS__BATCH tasks for a lane, which
-     * takes one at a time) as well: the tick counter of another core may
-     * run behind this one's. */
-    if (sl->end_ns != 0 && !over && (lane == NULL || ran % UVS__BATCH < i)) {
-      if (uv_hrtime() >= sl->end_ns)
-        over = 1;
-      else if (batch_max < UVS__BATCH)
-        batch_max *= 2;
-    }
-
+    i = run_batch(&tn, slots, n);
     uv_mutex_lock(&s->lock);
     if (i < n)
       put_back(w, slots, i, n);
@@ -445,13 +481,13 @@ static unsigned turn(uvs_worker_t* w,
      * head went back unstarted. */
     if (lane != NULL && i > 0 && lane->kent != NULL)
       uvs__keys_release(w, lane->kent);
-    *batch = NULL;
-    *batch_len = 0;
+    *tn.batch = NULL;
+    *tn.batch_len = 0;
   }
   uvs__tls.draining = 0;
   if (!held)
     uv_mutex_unlock(&s->lock);
-  return ran;
+  return tn.ran;
 }
 
 
