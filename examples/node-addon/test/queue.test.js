@@ -243,6 +243,8 @@ test('fs.readFile latency beside a flood, with and without the cap',
       await latencyBesideFlood((i) => q.spin(i % 40, 1800));
     await q.close();
     rows['napi async work'] = await latencyBesideFlood(() => addon.rawSpin(1800));
+    console.log(`# ${require('node:os').cpus().length} CPUs, ${
+      process.env.UV_THREADPOOL_SIZE || 4} pool threads, 400 jobs of 1.8 ms`);
     for (const [name, r] of Object.entries(rows)) {
       console.log(`# ${name.padEnd(26)} readFile ms: first ${
         r.first.toFixed(2)} median ${r.median.toFixed(2)} max ${
