@@ -1,12 +1,15 @@
 /* examples/node-addon: an ordered per-key queue for JavaScript, on Node's
  * own loop and Node's own libuv pool, as an N-API addon in C.
  *
- *   const { Queue } = require('./uvsched.node');
+ *   const { Queue, rawSpin } = require('./uvsched.node');
  *   const q = new Queue({ width: 4, maxConcurrency: 3 });
  *   const r = await q.spin(key, us);      // busy for us microseconds
  *   const h = await q.hash(key, rounds);  // r.value: a 64-bit hash, hex
  *   q.cancel(promise.id);                 // a job not started yet
  *   await q.close();                      // or q.close('cancel')
+ *   q.hold(key); q.release();             // a job that waits for release()
+ *   q.stats();                            // counters, maxRunning
+ *   await rawSpin(us);                    // plain napi async work, to compare
  *
  * Jobs of one key run one at a time, in the order they were submitted, and
  * their promises settle in that order; jobs of different keys run in
