@@ -14,7 +14,15 @@ extern "C" {
 #include <stdint.h>
 #include <uv.h>
 
-#if defined(_WIN32) && defined(BUILDING_UVSCHED_SHARED)
+/* UVS_VISIBILITY_HIDDEN: uvsched is compiled into a program, addon or plugin
+ * that must export none of its symbols (meson -Dvisibility=hidden with
+ * -Ddefault_library=static defines it; docs/embedding.rst). Define it for
+ * the uvsched sources; the objects that call them may define it too. */
+#if defined(UVS_VISIBILITY_HIDDEN) && !defined(_WIN32) && __GNUC__ >= 4
+#define UVS_EXTERN __attribute__((visibility("hidden")))
+#elif defined(UVS_VISIBILITY_HIDDEN)
+#define UVS_EXTERN
+#elif defined(_WIN32) && defined(BUILDING_UVSCHED_SHARED)
 #define UVS_EXTERN __declspec(dllexport)
 #elif defined(_WIN32) && defined(USING_UVSCHED_SHARED)
 #define UVS_EXTERN __declspec(dllimport)

@@ -71,10 +71,19 @@ uvs_deb_installed() {
   dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'
 }
 
+# True if node's headers are where examples/node-addon/meson.build looks:
+# the include/node directory beside node's bin/.
+uvs_node_headers() {
+  local h
+  h=$(node -p 'require("path").resolve(process.execPath,
+    "../../include/node/node_api.h")' 2>/dev/null) && [ -e "$h" ]
+}
+
 # Lists what is missing for building and testing with gcc, then installs it:
 # the toolchain and libuv for the library; libhttp-parser-dev for the HTTP
 # example (examples/http-pipeline), curl, wrk and h2load (nghttp2-client)
-# for its tests and the demo.
+# for its tests and the demo; node and its headers for the Node addon
+# (examples/node-addon).
 uvs_install_deps() {
   local missing=() v
   if ! command -v gcc >/dev/null 2>&1; then
@@ -100,6 +109,19 @@ uvs_install_deps() {
   command -v curl >/dev/null 2>&1 || missing+=(curl)
   command -v wrk >/dev/null 2>&1 || missing+=(wrk)
   command -v h2load >/dev/null 2>&1 || missing+=(nghttp2-client)
+  # Debian's nodejs ships no headers: libnode-dev has them. A node from
+  # elsewhere (NodeSource's nodejs package ships them) is left alone: a
+  # Debian -dev package for another node could conflict with it, and the
+  # addon is only skipped when its headers are missing.
+  if ! command -v node >/dev/null 2>&1; then
+    missing+=(nodejs libnode-dev)
+  elif ! uvs_node_headers; then
+    if dpkg-query -W -f='${Version}' nodejs 2>/dev/null | grep -q dfsg; then
+      missing+=(libnode-dev)
+    else
+      uvs_log "node has no headers beside it: examples/node-addon is skipped"
+    fi
+  fi
   if [ "${#missing[@]}" -eq 0 ]; then
     return 0
   fi
