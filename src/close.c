@@ -210,8 +210,12 @@ static void wait_for_callers(unsigned* inflight) {
 
 
 /* Calls a worker's close callback, if any, once. Lock held on entry and
- * exit, not during the call. */
-static void call_close_cb(uvs_sched_t* s, uvs_worker_t* w) {
+ * exit, not during the call. The callback may free the worker: nothing
+ * touches it after the call. hists are its histograms, already taken out
+ * of it, which uvs_worker_metrics() reads during the call (uvs__tls). */
+static void call_close_cb(uvs_sched_t* s,
+                          uvs_worker_t* w,
+                          uvs__hists_t* hists) {
   uvs_worker_close_cb cb;
 
   cb = w->close_cb;
@@ -220,7 +224,11 @@ static void call_close_cb(uvs_sched_t* s, uvs_worker_t* w) {
   if (cb == NULL)
     return;
   uv_mutex_unlock(&s->lock);
+  uvs__tls.closed = w;
+  uvs__tls.closed_hists = hists;
   cb(w);
+  uvs__tls.closed = NULL;
+  uvs__tls.closed_hists = NULL;
   uv_mutex_lock(&s->lock);
 }
 
@@ -245,7 +253,7 @@ static void handle_closed(uv_handle_t* handle) {
     __atomic_store_n(&w->closed, UVS__C_FINAL, __ATOMIC_SEQ_CST);
     wait_for_callers(&w->inflight);
     uv_mutex_lock(&s->lock);
-    call_close_cb(s, w);
+    call_close_cb(s, w, NULL);
     uv_mutex_unlock(&s->lock);
   }
   uv_mutex_destroy(&s->lock);
@@ -295,6 +303,8 @@ static void shut_door(uvs_sched_t* s, uvs_worker_t* w) {
 /* A worker's close completes: its totals go to the scheduler's, and its
  * callback, if any, is called. Lock held. */
 static void complete_worker(uvs_sched_t* s, uvs_worker_t* w) {
+  uvs__hists_t* hists;
+
   /* Every task of w is handed back: wait out a cancel that read w from a
    * task before that and may still use it (src/hazard.c). Not under the
    * lock, which such a cancel may be waiting for. */
@@ -312,9 +322,10 @@ static void complete_worker(uvs_sched_t* s, uvs_worker_t* w) {
   s->stats.ran += uvs__load_acq(&w->nran);
   s->stats.cancelled += w->ncancelled;
   uvs__keys_free(w);
-  call_close_cb(s, w);
-  uvs__free(w->hists);
+  hists = w->hists;
   w->hists = NULL;
+  call_close_cb(s, w, hists);
+  uvs__free(hists);
 }
 
 
@@ -327,7 +338,7 @@ static void call_owed_cbs(uvs_sched_t* s) {
     w = uvs__container_of(q, uvs_worker_t, list_node);
     if (w->flags & UVS__WF_CB_OWED) {
       uvs__queue_remove(&w->list_node);
-      call_close_cb(s, w);
+      call_close_cb(s, w, NULL);
       q = &s->closed; /* the list may have changed meanwhile */
     }
   }

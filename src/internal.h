@@ -528,6 +528,11 @@ struct uvs__tls_s {
   int rescheduled;
   int draining; /* this thread runs a drain or a loop turn */
   int pool;     /* this thread ran a runner or lane: a libuv pool thread */
+  /* The worker whose close callback runs on this thread, and the
+   * histograms its close took out of it, freed when the callback returns
+   * (close.c, metrics.c). */
+  const uvs_worker_t* closed;
+  struct uvs__hists_s* closed_hists;
 };
 extern UVS__TLS struct uvs__tls_s uvs__tls;
 

@@ -104,6 +104,7 @@ int uvs_worker_metrics(const uvs_worker_t* worker, uvs_worker_metrics_t* out) {
   uint64_t inbox;
   uint64_t pending;
   uint64_t other;
+  uvs__hists_t* hists;
   int open;
 
   if (worker == NULL || out == NULL)
@@ -143,11 +144,14 @@ int uvs_worker_metrics(const uvs_worker_t* worker, uvs_worker_metrics_t* out) {
   out->queued_max = load64(&w->queued_max);
   if (s != NULL)
     uv_mutex_unlock(&s->lock);
-  /* The histograms go when the close completes, on the loop thread: read
-   * them while pinned, or on that thread (a close callback can). */
-  if ((open || uvs__is_thread(&w->thread)) && w->hists != NULL) {
-    hist_copy(&out->wait, &w->hists->wait);
-    hist_copy(&out->run, &w->hists->run);
+  /* The histograms go when the close completes, which a pin holds off;
+   * during the close callback, the close holds them for us. */
+  hists = open ? w->hists : NULL;
+  if (uvs__tls.closed == w)
+    hists = uvs__tls.closed_hists;
+  if (hists != NULL) {
+    hist_copy(&out->wait, &hists->wait);
+    hist_copy(&out->run, &hists->run);
   }
   if (s != NULL)
     uvs__worker_leave(w);
