@@ -640,7 +640,8 @@ static uint64_t conn_acked(conn_t* conn) {
       ioctl(fd, SIOCOUTQ, &outq) == 0 && outq > 0)
     unacked += (uint64_t) outq;
 #endif
-  return conn->queued_bytes - unacked;
+  /* After our shutdown the kernel counts the FIN as a byte too. */
+  return unacked < conn->queued_bytes ? conn->queued_bytes - unacked : 0;
 }
 
 

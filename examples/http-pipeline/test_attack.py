@@ -1086,6 +1086,18 @@ def test_chunked(binary):
             check(r is None, "%s: the request after it was answered: %r" %
                   (what, r))
             c.close()
+        # Expect: 100-continue on a chunked body: the 100, then the answer
+        # once the body is in.
+        c = server.connect(10)
+        c.send(b"GET /health HTTP/1.1\r\nHost: t\r\nExpect: 100-continue\r\n"
+               b"Transfer-Encoding: chunked\r\n\r\n")
+        r = c.read_response()
+        check(r is not None and r[0] == 100, "100 Continue: %r" % (r,))
+        c.send(b"3\r\nabc\r\n0\r\n\r\n")
+        r = c.read_response()
+        check(r is not None and r[0] == 200, "after the chunked body: %r" %
+              (r,))
+        c.close()
         # The parser's own checks still hold: Content-Length with chunked.
         c = server.connect(10)
         c.send(b"GET /health HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\n"
