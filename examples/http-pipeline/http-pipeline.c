@@ -9,13 +9,16 @@
  *                              "id=TOKEN n=ROUNDS sha256=HEX\n".
  * GET /health                  answers 200 "ok\n" without any work.
  * GET /stats                   answers 200 with the server's counters (JSON).
- * Anything else: 404 for an unknown path, 405 for a method other than GET,
- * 400 for a bad query (or n over --max-rounds), 400 for a request that does
- * not parse or an HTTP/1.1 request without Host, 414, 431 and 413 for a
- * request target, header block or body over its limit, 417 for an
- * expectation other than 100-continue, 505 for an HTTP version other than
- * 1.0 and 1.1. After an error that is not about the query the server closes
- * the connection.
+ * HEAD of any of them          GET's answer, Content-Length included,
+ *                              without the body.
+ * Anything else: 404 for an unknown path, 405 for a method other than GET
+ * and HEAD, 400 for a bad query (or n over --max-rounds), 400 for a request
+ * that does not parse (a malformed chunked body included: conn_chunk()) or
+ * an HTTP/1.1 request without Host, 414, 431 and 413 for a request target,
+ * header block or body over its limit, 417 for an expectation other than
+ * 100-continue, 505 for an HTTP version other than 1.0 and 1.1. After an
+ * error that is not about the query, the path or the method the server
+ * closes the connection.
  *
  * Each connection owns one worker: UVS_POOL in --mode pool, so that /work runs
  * on libuv's thread pool; UVS_LOOP in --mode loop, the baseline, where the
@@ -33,12 +36,16 @@
  * one loop turn go out together, with one uv_write.
  *
  * Limits (every one is an option; see usage()): a connection stops reading
- * while its worker is full (--max-inflight) or while its unwritten answers
- * pass --max-out-bytes, and starts again when they drain; a request must
- * arrive whole within --header-timeout of its first byte, a kept-alive
- * connection may idle for --idle-timeout, and a write may make no progress
- * for at most --write-timeout; beyond --max-conns a connection gets a 503
- * and is closed; n is at most --max-rounds. With --max-wait, a task that
+ * while its worker is full (--max-inflight) or while its answers pass
+ * --max-out-bytes (counted from the parse of their request, each by the
+ * most it can take; parsing pauses at the request that passes it), and
+ * starts again when they drain; a request must arrive whole within
+ * --header-timeout of its first byte, a kept-alive connection may idle for
+ * --idle-timeout, and a client that owes acknowledgements for answer bytes
+ * must take --min-send-rate bytes a second of them over each
+ * --write-timeout; beyond --max-conns a connection gets a 503 and is
+ * closed, beyond --max-conn-per-addr of one client address it is closed at
+ * once; n is at most --max-rounds. With --max-wait, a task that
  * waited longer than that on its worker is shed (max_wait_ms): uvsched
  * hands it back with UV_ETIMEDOUT in its place among the runs, and its
  * /work is answered 503 with Retry-After there, in request order, without
@@ -2116,7 +2123,9 @@ static void usage(FILE* f, const limits_t* d) {
       "  --max-url N           bytes of a request target; more is a 414 "
       "(default %" PRIu64
       ")\n"
-      "  --max-head N          bytes of a request head; more is a 431 "
+      "  --max-head N          bytes of a request head, with a chunked "
+      "body's\n"
+      "                        extensions and trailers; more is a 431 "
       "(default %" PRIu64
       ")\n"
       "  --max-body N          bytes of a body; more is a 413 (default "
