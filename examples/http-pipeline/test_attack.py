@@ -884,7 +884,7 @@ def test_per_addr(binary):
 
 WRITE_TIMEOUT_MS = 1000
 MIN_SEND_RATE = 32768  # bytes/s
-BURST = 8192           # slow-read: bytes read every 0.9 s, ~9 KB/s
+BURST = 8192           # slow-read: bytes read every 0.9 s, <= 9 KB/s
 STEADY = 16384         # slow-read: bytes read every 0.1 s, up to 160 KB/s
 STEADY_S = 3           # ... for this long
 STEADY_N = 1500        # slow-read: requests the steady reader pipelines
@@ -902,10 +902,11 @@ def pipeline_until(sock, stop, make):
 
 def test_slow_read(binary):
     """--write-timeout 1000 --min-send-rate 32768: a client that pipelines
-    /work and takes its answers at ~9 KB/s, in bursts that let a write
-    complete within every --write-timeout, is closed within a few windows;
-    a client that takes a large backlog at ~100 KB/s is not, and gets every
-    answer."""
+    /work and takes its answers at 9 KB/s at most (about 5 measured), in
+    bursts that let a write complete within every --write-timeout, is
+    closed within a few windows (the server before the byte count kept it);
+    a client that takes a large backlog at up to 160 KB/s is not, and gets
+    every answer."""
     server = Server(binary, "pool", threads=2,
                     extra=["--sndbuf", 4096,
                            "--write-timeout", WRITE_TIMEOUT_MS,
@@ -946,7 +947,7 @@ def test_slow_read(binary):
                "closed after %.1f s" % closed_at if closed_at is not None
                else "never closed"))
         check(closed_at is not None and closed_at < 6 * slow,
-              "a client taking ~9 KB/s (min 32 KB/s) closed within %d s: "
+              "a client taking <= 9 KB/s (min 32 KB/s) closed within %d s: "
               "%r" % (6 * slow, closed_at))
         check(server.stats()["write_timeouts"] >= 1, "write timeout counted")
 
