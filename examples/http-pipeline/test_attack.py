@@ -45,6 +45,18 @@ leak checks):
                 of the 64 connections (64 x ~100 ms / 2 threads): 2.8 to
                 8.4 s in six runs, against 0.3 to 4.5 ms with it in three,
                 on a 2-CPU machine shared with other work
+  out-bound     --max-out-bytes 16384: a client pipelines 3000 answers that
+                need no work and reads nothing: fewer than 400 are parsed,
+                out_peak stays within the bound plus one answer, and once
+                it reads all 3000 come in order
+  per-addr      --max-conn-per-addr 10: 40 connections from 127.0.0.1, 10
+                served and 30 closed at once; 127.0.0.2 is still served
+  slow-read     --min-send-rate 32768 --write-timeout 1000: a reader taking
+                <= 9 KB/s in bursts is closed within 6 s; one taking a large
+                backlog at up to 160 KB/s is not
+  chunked       malformed chunked bodies get 400/413/431 and a close,
+                well-formed ones (also a byte at a time) are read
+  head          HEAD gets GET's headers and no body, pipelined in order
 
   test_attack.py NAME --server BUILDDIR/examples/http-pipeline/http-pipeline
   test_attack.py shed --max-wait 0 --server ...   (the figure above)
