@@ -80,9 +80,10 @@ uvs_node_headers() {
 }
 
 # Lists what is missing for building and testing with gcc, then installs it:
-# the toolchain and libuv for the library; libhttp-parser-dev for the HTTP
-# example (examples/http-pipeline), curl, wrk and h2load (nghttp2-client)
-# for its tests and the demo; node and its headers for the Node addon
+# the toolchain and libuv for the library; libhttp-parser-dev and
+# libssl-dev (libcrypto's SHA-256) for the HTTP example
+# (examples/http-pipeline), curl, wrk and h2load (nghttp2-client) for its
+# tests and the demo; node and its headers for the Node addon
 # (examples/node-addon).
 uvs_install_deps() {
   local missing=() v
@@ -106,6 +107,7 @@ uvs_install_deps() {
     missing+=(libuv1-dev)
   fi
   [ -e /usr/include/http_parser.h ] || missing+=(libhttp-parser-dev)
+  [ -e /usr/include/openssl/evp.h ] || missing+=(libssl-dev)
   command -v curl >/dev/null 2>&1 || missing+=(curl)
   command -v wrk >/dev/null 2>&1 || missing+=(wrk)
   command -v h2load >/dev/null 2>&1 || missing+=(nghttp2-client)

@@ -99,11 +99,13 @@ class Server:
             self.proc.kill()
         self.proc.wait()
 
-    def connect(self, timeout=30):
-        return Client(self.host, self.port, timeout)
+    def connect(self, timeout=30, source=None):
+        return Client(self.host, self.port, timeout, source)
 
-    def stats(self):
-        c = self.connect()
+    def stats(self, source=None):
+        """/stats on a fresh connection, from the address source if given
+        (another loopback address: 127.0.0.2)."""
+        c = self.connect(source=source)
         try:
             status, _, body = c.get("/stats")
             if status != 200:
@@ -117,8 +119,10 @@ class Server:
 class Client:
     """HTTP/1.1 over one socket: send raw bytes, read whole responses."""
 
-    def __init__(self, host, port, timeout=30):
-        self.sock = socket.create_connection((host, port), timeout=timeout)
+    def __init__(self, host, port, timeout=30, source=None):
+        self.sock = socket.create_connection(
+            (host, port), timeout=timeout,
+            source_address=None if source is None else (source, 0))
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.buf = b""
 
@@ -140,9 +144,11 @@ class Client:
         self.buf += chunk
         return True
 
-    def read_response(self):
+    def read_response(self, head=False):
         """(status, headers dict with lower-case names, body str), or None
-        at EOF before a response starts."""
+        at EOF before a response starts. head: the answer to a HEAD request,
+        which has a Content-Length but no body."""
+        no_body = head
         while b"\r\n\r\n" not in self.buf:
             if not self._fill():
                 if self.buf:
@@ -158,7 +164,7 @@ class Client:
         for line in lines[1:]:
             name, _, value = line.partition(":")
             headers[name.strip().lower()] = value.strip()
-        length = int(headers.get("content-length", "0"))
+        length = 0 if no_body else int(headers.get("content-length", "0"))
         while len(self.buf) < length:
             if not self._fill():
                 raise RuntimeError("EOF inside a response body")

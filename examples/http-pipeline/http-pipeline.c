@@ -9,13 +9,16 @@
  *                              "id=TOKEN n=ROUNDS sha256=HEX\n".
  * GET /health                  answers 200 "ok\n" without any work.
  * GET /stats                   answers 200 with the server's counters (JSON).
- * Anything else: 404 for an unknown path, 405 for a method other than GET,
- * 400 for a bad query (or n over --max-rounds), 400 for a request that does
- * not parse or an HTTP/1.1 request without Host, 414, 431 and 413 for a
- * request target, header block or body over its limit, 417 for an
- * expectation other than 100-continue, 505 for an HTTP version other than
- * 1.0 and 1.1. After an error that is not about the query the server closes
- * the connection.
+ * HEAD of any of them          GET's answer, Content-Length included,
+ *                              without the body.
+ * Anything else: 404 for an unknown path, 405 for a method other than GET
+ * and HEAD, 400 for a bad query (or n over --max-rounds), 400 for a request
+ * that does not parse (a malformed chunked body included: conn_chunk()) or
+ * an HTTP/1.1 request without Host, 414, 431 and 413 for a request target,
+ * header block or body over its limit, 417 for an expectation other than
+ * 100-continue, 505 for an HTTP version other than 1.0 and 1.1. After an
+ * error that is not about the query, the path or the method the server
+ * closes the connection.
  *
  * Each connection owns one worker: UVS_POOL in --mode pool, so that /work runs
  * on libuv's thread pool; UVS_LOOP in --mode loop, the baseline, where the
@@ -33,12 +36,16 @@
  * one loop turn go out together, with one uv_write.
  *
  * Limits (every one is an option; see usage()): a connection stops reading
- * while its worker is full (--max-inflight) or while its unwritten answers
- * pass --max-out-bytes, and starts again when they drain; a request must
- * arrive whole within --header-timeout of its first byte, a kept-alive
- * connection may idle for --idle-timeout, and a write may make no progress
- * for at most --write-timeout; beyond --max-conns a connection gets a 503
- * and is closed; n is at most --max-rounds. With --max-wait, a task that
+ * while its worker is full (--max-inflight) or while its answers pass
+ * --max-out-bytes (counted from the parse of their request, each by the
+ * most it can take; parsing pauses at the request that passes it), and
+ * starts again when they drain; a request must arrive whole within
+ * --header-timeout of its first byte, a kept-alive connection may idle for
+ * --idle-timeout, and a client that owes acknowledgements for answer bytes
+ * must take --min-send-rate bytes a second of them over each
+ * --write-timeout; beyond --max-conns a connection gets a 503 and is
+ * closed, beyond --max-conn-per-addr of one client address it is closed at
+ * once; n is at most --max-rounds. With --max-wait, a task that
  * waited longer than that on its worker is shed (max_wait_ms): uvsched
  * hands it back with UV_ETIMEDOUT in its place among the runs, and its
  * /work is answered 503 with Retry-After there, in request order, without
@@ -63,8 +70,8 @@
 #include <uvsched.h>
 
 #include <http_parser.h>
-
-#include "sha256.h"
+#include <openssl/evp.h>
+#include <openssl/sha.h>
 
 #include <errno.h>
 #include <inttypes.h>
@@ -77,11 +84,19 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/ioctl.h>
 #include <sys/resource.h>
+#ifdef __linux__
+#include <linux/sockios.h> /* SIOCOUTQ */
+#endif
 
 #define READ_BUF_SIZE 65536
 #define MAX_ID 64 /* the id= token */
 #define NO_DEADLINE UINT64_MAX
+#define BODY_MAX 4096     /* The largest answer body (/stats). */
+#define HEAD_BOUND 256    /* More than any answer's status line and headers. */
+#define MAX_CHUNK_EXT 256 /* Bytes of one chunk's extensions. */
+#define MAX_TRAILERS 16   /* Trailer fields of a chunked body. */
 
 typedef enum { MODE_POOL, MODE_LOOP, MODE_INLINE } run_mode_t;
 
@@ -97,6 +112,25 @@ typedef enum {
 } answer_kind_t;
 
 typedef enum { HEADER_OTHER, HEADER_HOST, HEADER_EXPECT } header_name_t;
+
+/* Where the server's own reader of a chunked body is (conn_chunk()). */
+typedef enum {
+  CHUNK_NONE, /* Not in a chunked body: the parser reads. */
+  CHUNK_SIZE_START,
+  CHUNK_SIZE,
+  CHUNK_EXT_BWS, /* Blanks after the size: a ';' must follow. */
+  CHUNK_EXT,
+  CHUNK_SIZE_LF,
+  CHUNK_DATA,
+  CHUNK_DATA_CR,
+  CHUNK_DATA_LF,
+  CHUNK_TRAILER_START,
+  CHUNK_TRAILER_NAME,
+  CHUNK_TRAILER_VALUE,
+  CHUNK_TRAILER_LF,
+  CHUNK_END_LF,
+  CHUNK_DONE /* Whole: the parser ends the message. */
+} chunk_state_t;
 
 typedef enum {
   DEADLINE_NONE,
@@ -125,6 +159,8 @@ typedef struct limits_s {
   uint64_t max_url;        /* Bytes of a request target. */
   uint64_t max_head;       /* Bytes of a request target plus header fields. */
   uint64_t max_body;       /* Bytes of a body (read and ignored). */
+  uint64_t max_per_addr;   /* Connections of one client address; 0 = off. */
+  uint64_t min_send_rate;  /* Bytes/s a connection owing answers must take. */
   uint64_t concurrency;    /* uvs_sched_options_t.max_concurrency. */
   uint64_t budget;         /* uvs_sched_options_t.budget. */
 } limits_t;
@@ -136,12 +172,22 @@ struct request_s {
   uint64_t tseq; /* The connection's tasks: 0, 1, 2, ... */
   answer_kind_t kind;
   int status;
+  int head;       /* A HEAD request: the answer's headers, not its body. */
+  size_t reserve; /* Bytes held against --max-out-bytes until answered. */
   const char* body;
   conn_header_t conn_header;
   uint64_t rounds;
   size_t id_len;
   char id[MAX_ID + 1];
-  unsigned char digest[SHA256_DIGEST_SIZE];
+  unsigned char digest[SHA256_DIGEST_LENGTH];
+};
+
+/* The connections of one client address (--max-conn-per-addr). */
+typedef struct addr_count_s addr_count_t;
+struct addr_count_s {
+  addr_count_t* next; /* In its bucket of server_t.addrs. */
+  unsigned count;
+  unsigned char key[17]; /* The family, then an IPv4 address or a /64. */
 };
 
 typedef struct out_write_s {
@@ -161,6 +207,7 @@ struct conn_s {
   conn_t* prev;
   conn_t* next;
   conn_t* flush_next; /* The server's connections with answers to write. */
+  addr_count_t* addr; /* Its client address's count; NULL if none kept. */
 
   /* Loop thread only. */
   unsigned refs; /* The TCP handle, the worker, the timer, the flush list. */
@@ -181,12 +228,17 @@ struct conn_s {
   int lingering;
   int fresh;      /* No request started yet. */
   int in_request; /* Between a request's first byte and its end. */
+  int head_req;   /* The request being read is a HEAD. */
   int timer_armed;
-  int error_status;        /* Set by a parser callback that stops the parse. */
-  uint64_t timer_due;      /* the deadline the timer task is armed for */
-  uint64_t request_start;  /* uv_now() of the request's first byte. */
-  uint64_t last_active;    /* uv_now() of the last request end or write. */
-  uint64_t write_progress; /* uv_now() of the last write start or end. */
+  int error_status;       /* Set by a parser callback that stops the parse. */
+  uint64_t timer_due;     /* the deadline the timer task is armed for */
+  uint64_t request_start; /* uv_now() of the request's first byte. */
+  uint64_t last_active;   /* uv_now() of the last request end or write. */
+  uint64_t queued_bytes;  /* Bytes ever handed to uv_write. */
+  int write_episode;      /* The client owes us acks: the write deadline. */
+  uint64_t window_start;  /* uv_now() when the current write window began */
+  uint64_t window_acked;  /* ... conn_acked() then ... */
+  uint64_t window_target; /* ... and queued_bytes then. */
   uint64_t linger_start;
   uint64_t next_seq;
   uint64_t next_answer;
@@ -198,6 +250,7 @@ struct conn_s {
   size_t out_len;
   size_t out_cap;
   unsigned out_answers;
+  size_t reserved; /* request_t.reserve of the requests not yet answered. */
 
   /* Input read but not parsed while the connection was stalled. */
   char* saved;
@@ -215,6 +268,13 @@ struct conn_s {
   char name[8];
   size_t expect_len;
   char expect_value[16];
+
+  /* A chunked body, read by the server itself (conn_chunk()). */
+  chunk_state_t chunk_state;
+  uint64_t chunk_left; /* Bytes of the chunk's data still to come. */
+  unsigned chunk_digits;
+  size_t chunk_ext; /* Bytes of the current chunk's extensions. */
+  unsigned trailers;
 
   /* The worker's tasks only, one at a time: no lock (SPEC guarantee 2). */
   uint64_t next_run;
@@ -237,8 +297,11 @@ struct server_s {
   uvs_sched_t sched;
   uvs_worker_t timers; /* UVS_LOOP: every connection's deadline. */
   uv_idle_t flusher;   /* Writes what the done_cbs of a loop turn made. */
+  EVP_MD* sha256;      /* libcrypto's, fetched once: shared by the threads. */
   conn_t* flush_list;
   conn_t* conns;
+  addr_count_t** addrs; /* --max-conn-per-addr: a hash table of counts. */
+  size_t addr_buckets;  /* A power of two; 0 when the cap is off. */
   int stopping;
   uint64_t last_accept_log;
   char read_buf[READ_BUF_SIZE];
@@ -265,6 +328,9 @@ struct server_s {
   uint64_t stalls;       /* A full worker stopped a connection's reading. */
   uint64_t write_blocks; /* Unwritten answers stopped a connection's reading. */
   uint64_t half_closes;
+  uint64_t addr_refused; /* Closed at once: over --max-conn-per-addr. */
+  uint64_t bad_chunked;  /* Chunked bodies refused by conn_chunk(). */
+  uint64_t out_peak;     /* Most answer bytes one connection held (pending). */
   uint64_t timeouts[DEADLINE_LINGER + 1];
   uint64_t answers_out_of_order;
   uint64_t done_out_of_order;
@@ -290,6 +356,32 @@ static void* xmalloc(size_t size) {
   if (p == NULL)
     fail("malloc", UV_ENOMEM);
   return p;
+}
+
+
+/* out = SHA-256(data), then `rounds` times out = SHA-256(out), with
+ * libcrypto. On the pool threads: each call has its own context, and the
+ * algorithm was fetched once at start, so no call looks it up again. */
+static void sha256_iterate(const void* data,
+                           size_t len,
+                           uint64_t rounds,
+                           unsigned char out[SHA256_DIGEST_LENGTH]) {
+  EVP_MD_CTX* ctx = EVP_MD_CTX_new();
+  unsigned int n = 0;
+  int ok = ctx != NULL;
+
+  ok = ok && EVP_DigestInit_ex2(ctx, server.sha256, NULL) == 1 &&
+       EVP_DigestUpdate(ctx, data, len) == 1 &&
+       EVP_DigestFinal_ex(ctx, out, &n) == 1;
+  while (ok && rounds-- > 0)
+    ok = EVP_DigestInit_ex2(ctx, NULL, NULL) == 1 &&
+         EVP_DigestUpdate(ctx, out, SHA256_DIGEST_LENGTH) == 1 &&
+         EVP_DigestFinal_ex(ctx, out, &n) == 1;
+  EVP_MD_CTX_free(ctx);
+  if (!ok || n != SHA256_DIGEST_LENGTH) {
+    fprintf(stderr, "http-pipeline: libcrypto's SHA-256 failed\n");
+    abort();
+  }
 }
 
 
@@ -347,11 +439,13 @@ static void out_printf(conn_t* conn, const char* fmt, ...) {
 }
 
 
-/* Appends a whole response to the connection's output. */
+/* Appends a whole response to the connection's output; to a HEAD request,
+ * the same headers (Content-Length included) without the body. */
 static void respond(conn_t* conn,
                     conn_header_t conn_header,
                     int status,
-                    const char* body) {
+                    const char* body,
+                    int head) {
   static const char* const conn_headers[] = {"", "Connection: close\r\n",
                                              "Connection: keep-alive\r\n"};
   if (conn->out == NULL) {
@@ -367,10 +461,10 @@ static void respond(conn_t* conn,
              "%s",
              status, reason(status),
              body[0] == '{' ? "application/json" : "text/plain", strlen(body),
-             status == 405   ? "Allow: GET\r\n"
+             status == 405   ? "Allow: GET, HEAD\r\n"
              : status == 503 ? "Retry-After: 1\r\n"
                              : "",
-             conn_headers[conn_header], body);
+             conn_headers[conn_header], head ? "" : body);
   if (status >= 400)
     conn->server->errors++;
 }
@@ -391,8 +485,39 @@ static request_t* request_new(conn_t* conn, conn_header_t conn_header) {
 
 
 static void request_free(request_t* req) {
+  req->conn->reserved -= req->reserve;
   req->conn->live--;
   free(req);
+}
+
+
+/* The most bytes req's answer can take: what it holds against
+ * --max-out-bytes from the moment it is parsed until it is answered. */
+static size_t answer_bound(const request_t* req) {
+  switch (req->kind) {
+    case ANS_CONTINUE:
+      return HEAD_BOUND;
+    case ANS_STATUS:
+      return HEAD_BOUND + (req->head ? 0 : strlen(req->body));
+    case ANS_WORK: /* "id=TOKEN n=ROUNDS sha256=HEX\n", or a shed 503. */
+      return HEAD_BOUND + (req->head ? 0 : MAX_ID + 128);
+    case ANS_BAD_ROUNDS:
+      return HEAD_BOUND + (req->head ? 0 : 64);
+    case ANS_STATS:
+    default:
+      return HEAD_BOUND + (req->head ? 0 : BODY_MAX);
+  }
+}
+
+
+/* Answer bytes the connection holds: written to libuv but not yet to the
+ * kernel, not yet handed to libuv, and reserved by requests that are parsed
+ * and not yet answered. */
+static size_t conn_pending(conn_t* conn) {
+  size_t pending = conn->tcp.write_queue_size + conn->out_len + conn->reserved;
+  if (pending > conn->server->out_peak)
+    conn->server->out_peak = pending;
+  return pending;
 }
 
 
@@ -405,19 +530,20 @@ static void request_set(request_t* req, int status, const char* body) {
 
 static void conn_close(conn_t* conn);
 static void conn_update(conn_t* conn);
+static void conn_uncount_addr(conn_t* conn);
 static void stats_format(server_t* s, char* body, size_t size);
 
 
 static void work_format(request_t* req, char* body, size_t size) {
   static const char hex[] = "0123456789abcdef";
-  char digest[2 * SHA256_DIGEST_SIZE + 1];
+  char digest[2 * SHA256_DIGEST_LENGTH + 1];
   int i;
 
-  for (i = 0; i < SHA256_DIGEST_SIZE; i++) {
+  for (i = 0; i < SHA256_DIGEST_LENGTH; i++) {
     digest[2 * i] = hex[req->digest[i] >> 4];
     digest[2 * i + 1] = hex[req->digest[i] & 15];
   }
-  digest[2 * SHA256_DIGEST_SIZE] = '\0';
+  digest[2 * SHA256_DIGEST_LENGTH] = '\0';
   snprintf(body, size, "id=%s n=%" PRIu64 " sha256=%s\n", req->id, req->rounds,
            digest);
 }
@@ -427,7 +553,7 @@ static void work_format(request_t* req, char* body, size_t size) {
  * enter the output, so the one place their order is checked. */
 static void answer(conn_t* conn, request_t* req) {
   server_t* s = conn->server;
-  char body[2048];
+  char body[BODY_MAX];
 
   if (req->seq != conn->next_answer)
     s->answers_out_of_order++;
@@ -443,19 +569,19 @@ static void answer(conn_t* conn, request_t* req) {
       return;
     case ANS_WORK:
       work_format(req, body, sizeof(body));
-      respond(conn, req->conn_header, 200, body);
+      respond(conn, req->conn_header, 200, body, req->head);
       break;
     case ANS_STATS:
       stats_format(s, body, sizeof(body));
-      respond(conn, req->conn_header, 200, body);
+      respond(conn, req->conn_header, 200, body, req->head);
       break;
     case ANS_BAD_ROUNDS:
       snprintf(body, sizeof(body), "n is over the limit of %" PRIu64 "\n",
                s->lim.max_rounds);
-      respond(conn, req->conn_header, 400, body);
+      respond(conn, req->conn_header, 400, body, req->head);
       break;
     case ANS_STATUS:
-      respond(conn, req->conn_header, req->status, req->body);
+      respond(conn, req->conn_header, req->status, req->body, req->head);
       break;
   }
   conn->next_answer = req->seq + 1;
@@ -502,8 +628,54 @@ static void on_write(uv_write_t* wreq, int status) {
     conn_close(conn);
     return;
   }
-  conn->write_progress = conn->last_active = uv_now(conn->server->loop);
+  conn->last_active = uv_now(conn->server->loop);
   conn_update(conn);
+}
+
+
+/* Answer bytes the client has acknowledged, ever: handed to libuv, less
+ * what libuv still holds and what the kernel holds unsent or unacked
+ * (SIOCOUTQ, Linux; elsewhere, or if it fails, the bytes libuv has written
+ * to the kernel). What a client has taken, not what a write completed. */
+static uint64_t conn_acked(conn_t* conn) {
+  uint64_t unacked = conn->tcp.write_queue_size;
+#ifdef SIOCOUTQ
+  uv_os_fd_t fd;
+  int outq;
+
+  if (uv_fileno((uv_handle_t*) &conn->tcp, &fd) == 0 &&
+      ioctl(fd, SIOCOUTQ, &outq) == 0 && outq > 0)
+    unacked += (uint64_t) outq;
+#endif
+  /* After our shutdown the kernel counts the FIN as a byte too. */
+  return unacked < conn->queued_bytes ? conn->queued_bytes - unacked : 0;
+}
+
+
+/* The write deadline has come while the client owed us acks. It passes if
+ * the client has taken everything (the deadline stops until the next
+ * write), everything that was owed when the window began, or at least
+ * --min-send-rate bytes a second since then; then a new window begins and
+ * this returns 1. Otherwise the client reads too slowly, or not at all:
+ * 0. Bytes taken, not writes completed, count: a client that reads a byte
+ * now and then lets a small write complete now and then, and must not keep
+ * the connection, its answers and its slot forever. */
+static int conn_write_window(conn_t* conn) {
+  const limits_t* lim = &conn->server->lim;
+  uint64_t acked = conn_acked(conn);
+  uint64_t need = lim->min_send_rate * lim->write_timeout / 1000;
+
+  if (acked == conn->queued_bytes) {
+    conn->write_episode = 0;
+    return 1;
+  }
+  if (acked - conn->window_acked < (need > 0 ? need : 1) &&
+      acked < conn->window_target)
+    return 0;
+  conn->window_start = uv_now(conn->server->loop);
+  conn->window_acked = acked;
+  conn->window_target = conn->queued_bytes;
+  return 1;
 }
 
 
@@ -523,8 +695,16 @@ static void conn_flush(conn_t* conn) {
   conn->out = NULL;
   conn->out_len = conn->out_cap = 0;
   conn->out_answers = 0;
-  if (conn->writes++ == 0)
-    conn->write_progress = uv_now(conn->server->loop);
+  conn->writes++;
+  conn->queued_bytes += buf.len;
+  if (!conn->write_episode) {
+    /* The client had taken everything: the write deadline's first window
+     * begins. */
+    conn->write_episode = 1;
+    conn->window_start = uv_now(conn->server->loop);
+    conn->window_acked = conn->queued_bytes - buf.len;
+    conn->window_target = conn->queued_bytes;
+  }
   rc = uv_write(&w->req, (uv_stream_t*) &conn->tcp, &buf, 1, on_write);
   if (rc != 0)
     on_write(&w->req, rc); /* The handle is unusable: frees w, closes. */
@@ -585,7 +765,9 @@ static void work_run(uvs_task_t* task) {
   if (on_loop != (conn->worker.where == UVS_LOOP))
     atomic_fetch_add(&s->wrong_thread, 1);
 
-  if (req->kind == ANS_WORK)
+  /* HEAD: the body is not sent, and its length does not depend on the
+   * digest. */
+  if (req->kind == ANS_WORK && !req->head)
     sha256_iterate(req->id, req->id_len, req->rounds, req->digest);
 
   atomic_store(&conn->busy, 0);
@@ -716,9 +898,14 @@ static int conn_submit(conn_t* conn, request_t* req) {
   server_t* s = conn->server;
   int rc;
 
+  /* From now until it is answered, req holds the most its answer can take
+   * against --max-out-bytes (conn_pending()). */
+  req->reserve = answer_bound(req);
+  conn->reserved += req->reserve;
   if (s->mode == MODE_INLINE || !conn->has_worker) {
     if (req->kind == ANS_WORK) {
-      sha256_iterate(req->id, req->id_len, req->rounds, req->digest);
+      if (!req->head)
+        sha256_iterate(req->id, req->id_len, req->rounds, req->digest);
       s->work_done++;
     }
     answer(conn, req);
@@ -766,13 +953,14 @@ static void stats_format(server_t* s, char* body, size_t size) {
       ",\"work_done\":%" PRIu64 ",\"cancelled\":%" PRIu64 ",\"shed\":%" PRIu64
       ",\"dropped\":%" PRIu64 ",\"errors\":%" PRIu64 ",\"stalls\":%" PRIu64
       ",\"write_blocks\":%" PRIu64 ",\"half_closes\":%" PRIu64
-      ",\"header_timeouts\":%" PRIu64 ",\"idle_timeouts\":%" PRIu64
-      ",\"write_timeouts\":%" PRIu64 ",\"linger_timeouts\":%" PRIu64
-      ",\"order_violations\":%" PRIu64 ",\"answers_out_of_order\":%" PRIu64
-      ",\"done_out_of_order\":%" PRIu64 ",\"overlaps\":%" PRIu64
-      ",\"wrong_thread\":%" PRIu64 ",\"uvs_scheduled\":%" PRIu64
-      ",\"uvs_ran\":%" PRIu64 ",\"uvs_cancelled\":%" PRIu64
-      ",\"uvs_pending\":%" PRIu64 "}\n",
+      ",\"addr_refused\":%" PRIu64 ",\"bad_chunked\":%" PRIu64
+      ",\"out_peak\":%" PRIu64 ",\"header_timeouts\":%" PRIu64
+      ",\"idle_timeouts\":%" PRIu64 ",\"write_timeouts\":%" PRIu64
+      ",\"linger_timeouts\":%" PRIu64 ",\"order_violations\":%" PRIu64
+      ",\"answers_out_of_order\":%" PRIu64 ",\"done_out_of_order\":%" PRIu64
+      ",\"overlaps\":%" PRIu64 ",\"wrong_thread\":%" PRIu64
+      ",\"uvs_scheduled\":%" PRIu64 ",\"uvs_ran\":%" PRIu64
+      ",\"uvs_cancelled\":%" PRIu64 ",\"uvs_pending\":%" PRIu64 "}\n",
       s->mode == MODE_POOL   ? "pool"
       : s->mode == MODE_LOOP ? "loop"
                              : "inline",
@@ -780,6 +968,7 @@ static void stats_format(server_t* s, char* body, size_t size) {
       s->requests, s->tasks, s->tasks_ran, s->tasks_cancelled, s->tasks_shed,
       s->tasks_inflight, s->responses, s->work_done, s->cancelled, s->shed,
       s->dropped, s->errors, s->stalls, s->write_blocks, s->half_closes,
+      s->addr_refused, s->bad_chunked, s->out_peak,
       s->timeouts[DEADLINE_HEADER], s->timeouts[DEADLINE_IDLE],
       s->timeouts[DEADLINE_WRITE], s->timeouts[DEADLINE_LINGER],
       (uint64_t) atomic_load(&s->order_violations), s->answers_out_of_order,
@@ -867,9 +1056,10 @@ static void dispatch(conn_t* conn) {
     hdr = HDR_KEEP_ALIVE;
   }
   req = request_new(conn, hdr);
+  req->head = p->method == HTTP_HEAD;
 
   http_parser_url_init(&u);
-  if (p->method != HTTP_GET) {
+  if (p->method != HTTP_GET && p->method != HTTP_HEAD) {
     request_set(req, 405, "method not allowed\n");
   } else if (http_parser_parse_url(conn->url, conn->url_len, 0, &u) != 0 ||
              !(u.field_set & (1 << UF_PATH))) {
@@ -896,8 +1086,20 @@ static void dispatch(conn_t* conn) {
       request_set(req, 404, "not found\n");
     }
   }
-  if (conn_submit(conn, req) == UV_EAGAIN)
+  if (conn_submit(conn, req) == UV_EAGAIN) {
     http_parser_pause(p, 1); /* Parse on in on_space(). */
+    return;
+  }
+  /* Every answer counts, /stats and errors as much as /work: once the
+   * connection holds --max-out-bytes of them, it parses no further and
+   * reads no more until its client has taken half of them (conn_update()).
+   * One read of pipelined requests cannot make more answers than that. */
+  if (!conn->closing && !conn->write_blocked &&
+      conn_pending(conn) > s->lim.max_out_bytes) {
+    conn->write_blocked = 1;
+    s->write_blocks++;
+    http_parser_pause(p, 1);
+  }
 }
 
 
@@ -915,6 +1117,9 @@ static int on_message_begin(http_parser* p) {
   conn->expect = 0;
   conn->fresh = 0;
   conn->in_request = 1;
+  conn->head_req = 0;
+  conn->chunk_state = CHUNK_NONE;
+  conn->trailers = 0;
   conn->request_start = uv_now(conn->server->loop);
   return 0;
 }
@@ -922,6 +1127,7 @@ static int on_message_begin(http_parser* p) {
 
 static int on_url(http_parser* p, const char* at, size_t len) {
   conn_t* conn = p->data;
+  conn->head_req = p->method == HTTP_HEAD; /* Known once the target starts */
   conn->head_bytes += len;
   if (conn->url_len + len > conn->server->lim.max_url) {
     conn->error_status = 414;
@@ -1029,9 +1235,17 @@ static int on_headers_complete(http_parser* p) {
     }
     /* RFC 9110, 10.1.1: only a 1.1 client waits for it, and only for a
      * body. */
-    if (p->http_minor == 1 && p->content_length != UINT64_MAX &&
-        p->content_length > 0)
+    if (p->http_minor == 1 &&
+        ((p->flags & F_CHUNKED) ||
+         (p->content_length != UINT64_MAX && p->content_length > 0)))
       send_continue(conn);
+  }
+  if (p->flags & F_CHUNKED) {
+    /* The server reads a chunked body itself, strictly (conn_chunk()): the
+     * parser skips it (1) and stops here, on the head's last byte. */
+    conn->chunk_state = CHUNK_SIZE_START;
+    http_parser_pause(p, 1);
+    return 1;
   }
   return 0;
 }
@@ -1061,40 +1275,241 @@ static int on_message_complete(http_parser* p) {
 }
 
 
-/* Parses data; returns how much of it was used. Less than len only when the
- * worker is full (conn->stalled): the rest must be parsed later. */
+/* A request that does not parse: its error answer, then the connection
+ * closes. */
+static void parse_failed(conn_t* conn, int status) {
+  request_t* req;
+
+  conn->done_parsing = 1;
+  conn->in_request = 0;
+  conn->chunk_state = CHUNK_NONE;
+  req = request_new(conn, HDR_CLOSE);
+  req->head = conn->head_req;
+  request_set(req, status,
+              status == 505   ? "HTTP/1.0 and HTTP/1.1 only\n"
+              : status == 417 ? "only 100-continue is expected\n"
+              : status == 413 || status == 414 || status == 431
+                  ? "request too large\n"
+                  : "bad request\n");
+  conn_submit(conn, req); /* A full worker: on_space() sends it. */
+}
+
+
+static int is_hex(unsigned char c, unsigned* v) {
+  if (c >= '0' && c <= '9')
+    *v = c - '0';
+  else if ((c | 0x20) >= 'a' && (c | 0x20) <= 'f')
+    *v = (c | 0x20) - 'a' + 10;
+  else
+    return 0;
+  return 1;
+}
+
+
+/* RFC 9110, 5.6.2: the characters of a token (a field name). */
+static int is_tchar(unsigned char c) {
+  return (c >= '0' && c <= '9') || ((c | 0x20) >= 'a' && (c | 0x20) <= 'z') ||
+         (c != '\0' && strchr("!#$%&'*+-.^_`|~", c) != NULL);
+}
+
+
+/* Reads a chunked body (RFC 9112, 7.1) strictly, where Debian's
+ * http-parser is lenient: it takes any two bytes for the CRLF after a
+ * chunk's data, any byte for the LF of a size line, and extensions of any
+ * length and content. Here a chunk size is 1 to 16 hex digits; extensions
+ * are ';' and visible characters, at most MAX_CHUNK_EXT bytes a chunk;
+ * every line ends with CRLF; trailer fields are "name:value" lines, at most
+ * MAX_TRAILERS, and with the extensions count against --max-head; the data
+ * counts against --max-body. Returns 0 with *used the bytes read (all of
+ * them, unless the body ended: CHUNK_DONE), or the status to answer. */
+static int conn_chunk(conn_t* conn,
+                      const unsigned char* data,
+                      size_t len,
+                      size_t* used) {
+  const limits_t* lim = &conn->server->lim;
+  chunk_state_t was;
+  size_t i = 0, n;
+  unsigned char c;
+  unsigned v;
+
+  while (i < len) {
+    c = data[i];
+    was = conn->chunk_state;
+    switch (was) {
+      case CHUNK_DATA:
+        n = len - i;
+        if (n > conn->chunk_left)
+          n = (size_t) conn->chunk_left;
+        conn->chunk_left -= n;
+        conn->body_bytes += n;
+        i += n;
+        if (conn->chunk_left == 0)
+          conn->chunk_state = CHUNK_DATA_CR;
+        continue;
+      case CHUNK_SIZE_START:
+        if (!is_hex(c, &v))
+          return 400;
+        conn->chunk_left = v;
+        conn->chunk_digits = 1;
+        conn->chunk_ext = 0;
+        conn->chunk_state = CHUNK_SIZE;
+        break;
+      case CHUNK_SIZE:
+        if (is_hex(c, &v)) {
+          if (++conn->chunk_digits > 16)
+            return 400; /* Would overflow 64 bits, or pads it with zeros. */
+          conn->chunk_left = conn->chunk_left * 16 + v;
+        } else if (c == '\r') {
+          conn->chunk_state = CHUNK_SIZE_LF;
+        } else if (c == ';') {
+          conn->chunk_state = CHUNK_EXT;
+        } else if (c == ' ' || c == '\t') {
+          conn->chunk_state = CHUNK_EXT_BWS;
+        } else {
+          return 400;
+        }
+        break;
+      case CHUNK_EXT_BWS:
+        if (c == ';')
+          conn->chunk_state = CHUNK_EXT;
+        else if (c != ' ' && c != '\t')
+          return 400;
+        break;
+      case CHUNK_EXT:
+        if (c == '\r')
+          conn->chunk_state = CHUNK_SIZE_LF;
+        else if (c != '\t' && (c < ' ' || c > '~'))
+          return 400;
+        break;
+      case CHUNK_SIZE_LF:
+        if (c != '\n')
+          return 400;
+        if (conn->chunk_left == 0) {
+          conn->chunk_state = CHUNK_TRAILER_START;
+        } else if (conn->chunk_left > lim->max_body - conn->body_bytes) {
+          return 413;
+        } else {
+          conn->chunk_state = CHUNK_DATA;
+        }
+        break;
+      case CHUNK_DATA_CR:
+        if (c != '\r')
+          return 400;
+        conn->chunk_state = CHUNK_DATA_LF;
+        break;
+      case CHUNK_DATA_LF:
+        if (c != '\n')
+          return 400;
+        conn->chunk_state = CHUNK_SIZE_START;
+        break;
+      case CHUNK_TRAILER_START:
+        if (c == '\r') {
+          conn->chunk_state = CHUNK_END_LF;
+          break;
+        }
+        if (!is_tchar(c))
+          return 400; /* Also a folded line (obs-fold). */
+        if (++conn->trailers > MAX_TRAILERS)
+          return 431;
+        conn->chunk_state = CHUNK_TRAILER_NAME;
+        break;
+      case CHUNK_TRAILER_NAME:
+        if (c == ':')
+          conn->chunk_state = CHUNK_TRAILER_VALUE;
+        else if (!is_tchar(c))
+          return 400;
+        break;
+      case CHUNK_TRAILER_VALUE:
+        if (c == '\r')
+          conn->chunk_state = CHUNK_TRAILER_LF;
+        else if (c != '\t' && (c < ' ' || c == 127))
+          return 400;
+        break;
+      case CHUNK_TRAILER_LF:
+        if (c != '\n')
+          return 400;
+        conn->chunk_state = CHUNK_TRAILER_START;
+        break;
+      case CHUNK_END_LF:
+        if (c != '\n')
+          return 400;
+        conn->chunk_state = CHUNK_DONE;
+        *used = i + 1;
+        return 0;
+      case CHUNK_NONE:
+      case CHUNK_DONE:
+        abort();
+    }
+    /* Extensions and trailers: bounded per chunk and, with the head, per
+     * request. */
+    if ((was == CHUNK_EXT_BWS || was == CHUNK_EXT) &&
+        ++conn->chunk_ext > MAX_CHUNK_EXT)
+      return 400;
+    if ((was == CHUNK_EXT_BWS || was == CHUNK_EXT ||
+         was >= CHUNK_TRAILER_START) &&
+        ++conn->head_bytes > lim->max_head)
+      return 431;
+    i++;
+  }
+  *used = len;
+  return 0;
+}
+
+
+/* Parses data; returns how much of it was used. Less than len only when
+ * parsing paused behind a request (the worker is full, conn->stalled, or the
+ * connection holds --max-out-bytes of answers, conn->write_blocked): the
+ * rest must be parsed later. A chunked body is read by conn_chunk(), the
+ * rest by the parser. */
 static size_t conn_parse(conn_t* conn, const char* data, size_t len) {
   enum http_errno err;
-  request_t* req;
-  size_t used;
+  size_t used = 0, n;
   int status;
 
-  http_parser_pause(&conn->parser, 0);
-  used = http_parser_execute(&conn->parser, &settings, data, len);
-  err = HTTP_PARSER_ERRNO(&conn->parser);
-  if (conn->closing)
-    return len;
-  if (err == HPE_PAUSED)
-    return conn->done_parsing ? len : used;
-  if (err != HPE_OK) {
-    status = conn->error_status != 0      ? conn->error_status
-             : err == HPE_HEADER_OVERFLOW ? 431
-                                          : 400;
-    conn->done_parsing = 1;
-    conn->in_request = 0;
-    req = request_new(conn, HDR_CLOSE);
-    request_set(req, status,
-                status == 505   ? "HTTP/1.0 and HTTP/1.1 only\n"
-                : status == 417 ? "only 100-continue is expected\n"
-                : status == 413 || status == 414 || status == 431
-                    ? "request too large\n"
-                    : "bad request\n");
-    conn_submit(conn, req); /* A full worker: on_space() sends it. */
-    return len;
+  for (;;) {
+    if (conn->chunk_state == CHUNK_DONE) {
+      /* The parser was told to skip the body, and stopped on the byte that
+       * ended the head: that byte, now, ends the message. */
+      conn->chunk_state = CHUNK_NONE;
+      http_parser_pause(&conn->parser, 0);
+      http_parser_execute(&conn->parser, &settings, "\n", 1);
+    } else if (used == len) {
+      return len;
+    } else if (conn->chunk_state != CHUNK_NONE) {
+      status =
+          conn_chunk(conn, (const unsigned char*) data + used, len - used, &n);
+      if (status != 0) {
+        conn->server->bad_chunked++;
+        parse_failed(conn, status);
+        return len;
+      }
+      used += n;
+      continue;
+    } else {
+      http_parser_pause(&conn->parser, 0);
+      used += http_parser_execute(&conn->parser, &settings, data + used,
+                                  len - used);
+    }
+    err = HTTP_PARSER_ERRNO(&conn->parser);
+    if (conn->closing)
+      return len;
+    if (err == HPE_PAUSED && conn->chunk_state == CHUNK_SIZE_START) {
+      used++; /* The head's last byte: conn_chunk() reads what follows. */
+      continue;
+    }
+    if (err == HPE_PAUSED)
+      return conn->done_parsing ? len : used;
+    if (err != HPE_OK) {
+      parse_failed(conn, conn->error_status != 0      ? conn->error_status
+                         : err == HPE_HEADER_OVERFLOW ? 431
+                                                      : 400);
+      return len;
+    }
+    if (conn->parser.upgrade) {
+      conn->done_parsing = 1; /* No protocol upgrades here. */
+      return len;
+    }
   }
-  if (conn->parser.upgrade)
-    conn->done_parsing = 1; /* No protocol upgrades here. */
-  return len;
 }
 
 
@@ -1205,9 +1620,9 @@ static uint64_t conn_deadline(const conn_t* conn, deadline_kind_t* kind) {
     *kind = DEADLINE_LINGER;
     return conn->linger_start + lim->linger;
   }
-  if (conn->writes > 0) {
+  if (conn->write_episode) {
     *kind = DEADLINE_WRITE;
-    d = conn->write_progress + lim->write_timeout;
+    d = conn->window_start + lim->write_timeout;
   }
   if (!conn->reading || conn->done_parsing)
     return d; /* Waiting for us, or for the writes: not the client's fault. */
@@ -1242,7 +1657,8 @@ static void on_timer_done(uvs_task_t* task, int status) {
   conn->timer_armed = 0;
   if (!conn->closing) {
     d = conn_deadline(conn, &kind);
-    if (d != NO_DEADLINE && uv_now(s->loop) >= d) {
+    if (d != NO_DEADLINE && uv_now(s->loop) >= d &&
+        !(kind == DEADLINE_WRITE && conn_write_window(conn))) {
       s->timeouts[kind]++;
       conn_close(conn);
     } else {
@@ -1307,7 +1723,7 @@ static void conn_update(conn_t* conn) {
 
   if (conn->closing)
     return;
-  pending = conn->tcp.write_queue_size + conn->out_len;
+  pending = conn_pending(conn);
   if (!conn->write_blocked && pending > lim->max_out_bytes) {
     conn->write_blocked = 1;
     conn->server->write_blocks++;
@@ -1356,6 +1772,7 @@ static void conn_close(conn_t* conn) {
     s->conns = conn->next;
   if (conn->next != NULL)
     conn->next->prev = conn->prev;
+  conn_uncount_addr(conn);
 
   /* Answers that are ready but unsent die with conn->out. The others belong
    * to the library until work_done() hands them back, and it frees them. */
@@ -1394,6 +1811,95 @@ static void shed(server_t* s, uv_stream_t* listener) {
   uv_accept(listener, (uv_stream_t*) tcp);
   s->unanswered++;
   uv_close((uv_handle_t*) tcp, on_shed_closed);
+}
+
+
+/* The key of a client address for --max-conn-per-addr: an IPv4 address
+ * whole (also when mapped into IPv6), an IPv6 address by its /64, which one
+ * host commonly holds whole. */
+static int addr_key(const struct sockaddr_storage* sa, unsigned char* key) {
+  static const unsigned char v4_mapped[12] = {0, 0, 0, 0, 0,    0,
+                                              0, 0, 0, 0, 0xff, 0xff};
+  const unsigned char* a6;
+
+  memset(key, 0, sizeof(((addr_count_t*) 0)->key));
+  if (sa->ss_family == AF_INET) {
+    key[0] = 4;
+    memcpy(key + 1, &((const struct sockaddr_in*) sa)->sin_addr, 4);
+    return 0;
+  }
+  if (sa->ss_family != AF_INET6)
+    return UV_EAFNOSUPPORT;
+  a6 = ((const struct sockaddr_in6*) sa)->sin6_addr.s6_addr;
+  if (memcmp(a6, v4_mapped, sizeof(v4_mapped)) == 0) {
+    key[0] = 4;
+    memcpy(key + 1, a6 + 12, 4);
+  } else {
+    key[0] = 6;
+    memcpy(key + 1, a6, 8);
+  }
+  return 0;
+}
+
+
+/* Where key's count is in the table, or where it would go. */
+static addr_count_t** addr_slot(server_t* s, const unsigned char* key) {
+  const size_t size = sizeof(((addr_count_t*) 0)->key);
+  uint32_t h = 2166136261u; /* FNV-1a */
+  addr_count_t** slot;
+  size_t i;
+
+  for (i = 0; i < size; i++) h = (h ^ key[i]) * 16777619u;
+  slot = &s->addrs[h & (s->addr_buckets - 1)];
+  while (*slot != NULL && memcmp((*slot)->key, key, size) != 0)
+    slot = &(*slot)->next;
+  return slot;
+}
+
+
+/* Counts an accepted connection against its client address. Returns 0,
+ * UV_EBUSY if the address already holds --max-conn-per-addr connections,
+ * or the error of naming the peer (gone already). */
+static int conn_count_addr(conn_t* conn) {
+  server_t* s = conn->server;
+  struct sockaddr_storage peer;
+  unsigned char key[sizeof(((addr_count_t*) 0)->key)];
+  int len = sizeof(peer);
+  addr_count_t** slot;
+  int rc;
+
+  rc = uv_tcp_getpeername(&conn->tcp, (struct sockaddr*) &peer, &len);
+  if (rc == 0)
+    rc = addr_key(&peer, key);
+  if (rc != 0)
+    return rc;
+  slot = addr_slot(s, key);
+  if (*slot == NULL) {
+    *slot = calloc(1, sizeof(**slot));
+    if (*slot == NULL)
+      fail("calloc", UV_ENOMEM);
+    memcpy((*slot)->key, key, sizeof(key));
+  } else if ((*slot)->count >= s->lim.max_per_addr) {
+    return UV_EBUSY;
+  }
+  (*slot)->count++;
+  conn->addr = *slot;
+  return 0;
+}
+
+
+static void conn_uncount_addr(conn_t* conn) {
+  addr_count_t** slot;
+  addr_count_t* entry = conn->addr;
+
+  if (entry == NULL)
+    return;
+  conn->addr = NULL;
+  if (--entry->count > 0)
+    return;
+  slot = addr_slot(conn->server, entry->key);
+  *slot = entry->next;
+  free(entry);
 }
 
 
@@ -1440,6 +1946,13 @@ static void on_connection(uv_stream_t* listener, int status) {
   }
   conn->refs = 1;
   rc = uv_accept(listener, (uv_stream_t*) &conn->tcp);
+  if (rc == 0 && s->addr_buckets != 0) {
+    /* Over its address's cap: closed at once, unanswered, so that one
+     * client cannot hold every slot of --max-conns. */
+    rc = conn_count_addr(conn);
+    if (rc == UV_EBUSY)
+      s->addr_refused++;
+  }
   if (rc == 0 && !reject && s->mode != MODE_INLINE) {
     memset(&wopts, 0, sizeof(wopts));
     wopts.max_pending = lim->max_inflight;
@@ -1455,6 +1968,7 @@ static void on_connection(uv_stream_t* listener, int status) {
     }
   }
   if (rc != 0) {
+    conn_uncount_addr(conn);
     uv_close((uv_handle_t*) &conn->tcp, on_tcp_closed);
     return;
   }
@@ -1541,14 +2055,24 @@ static void usage(FILE* f, const limits_t* d) {
       "are\n"
       "                        closed unanswered (default %" PRIu64
       ")\n"
+      "  --max-conn-per-addr N connections of one client address (IPv6: "
+      "its /64);\n"
+      "                        more are closed at once, unanswered; 0 = "
+      "no cap\n"
+      "                        (default %" PRIu64
+      ")\n"
       "  --max-inflight N      requests queued on one connection's worker "
       "before it\n"
       "                        stops reading (default %" PRIu64
       "; reads again at N/2)\n"
-      "  --max-out-bytes N     unwritten answer bytes of one connection "
-      "before it\n"
-      "                        stops reading (default %" PRIu64
-      "; reads again at N/2)\n"
+      "  --max-out-bytes N     answer bytes one connection may hold "
+      "(unwritten, and\n"
+      "                        the most its parsed requests' answers can "
+      "take) before\n"
+      "                        it stops parsing and reading (default "
+      "%" PRIu64
+      ";\n"
+      "                        reads again at N/2)\n"
       "  --sndbuf N            SO_SNDBUF of each connection, which bounds "
       "the answers\n"
       "                        the kernel holds for a client; 0 = the "
@@ -1564,9 +2088,15 @@ static void usage(FILE* f, const limits_t* d) {
       "closed\n"
       "                        after MS (default %" PRIu64
       ")\n"
-      "  --write-timeout MS    a connection whose writes make no progress "
-      "for MS is\n"
-      "                        closed (default %" PRIu64
+      "  --write-timeout MS    a connection with answers waiting to be "
+      "written must\n"
+      "                        send --min-send-rate bytes a second of them "
+      "in every\n"
+      "                        MS, or it is closed (default %" PRIu64
+      ")\n"
+      "  --min-send-rate B     see --write-timeout; 0 = at least one byte "
+      "(default\n"
+      "                        %" PRIu64
       ")\n"
       "  --linger MS           after the last answer, wait at most MS for "
       "the client's\n"
@@ -1593,7 +2123,9 @@ static void usage(FILE* f, const limits_t* d) {
       "  --max-url N           bytes of a request target; more is a 414 "
       "(default %" PRIu64
       ")\n"
-      "  --max-head N          bytes of a request head; more is a 431 "
+      "  --max-head N          bytes of a request head, with a chunked "
+      "body's\n"
+      "                        extensions and trailers; more is a 431 "
       "(default %" PRIu64
       ")\n"
       "  --max-body N          bytes of a body; more is a 413 (default "
@@ -1609,10 +2141,10 @@ static void usage(FILE* f, const limits_t* d) {
       ")\n"
       "Prints \"listening on http://ADDR:PORT\" once bound; stops on\n"
       "SIGINT or SIGTERM and exits 0 only if every check held.\n",
-      d->max_conns, d->max_rejecting, d->max_inflight, d->max_out_bytes,
-      d->sndbuf, d->header_timeout, d->idle_timeout, d->write_timeout,
-      d->linger, d->max_rounds, d->max_wait, d->max_url, d->max_head,
-      d->max_body, d->budget);
+      d->max_conns, d->max_rejecting, d->max_per_addr, d->max_inflight,
+      d->max_out_bytes, d->sndbuf, d->header_timeout, d->idle_timeout,
+      d->write_timeout, d->min_send_rate, d->linger, d->max_rounds, d->max_wait,
+      d->max_url, d->max_head, d->max_body, d->budget);
 }
 
 
@@ -1630,6 +2162,8 @@ static const limits_t default_limits = {
     .max_url = 2048,
     .max_head = 8192,
     .max_body = 8192,
+    .max_per_addr = 256,
+    .min_send_rate = 1024,
     .concurrency = 0, /* --threads */
     .budget = 0,
 };
@@ -1707,6 +2241,8 @@ int main(int argc, char** argv) {
       {"--max-url", offsetof(limits_t, max_url), 16, 1 << 20},
       {"--max-head", offsetof(limits_t, max_head), 64, 1 << 20},
       {"--max-body", offsetof(limits_t, max_body), 0, 1 << 30},
+      {"--max-conn-per-addr", offsetof(limits_t, max_per_addr), 0, 1000000},
+      {"--min-send-rate", offsetof(limits_t, min_send_rate), 0, 1 << 30},
       {"--concurrency", offsetof(limits_t, concurrency), 1, 1024},
       {"--budget", offsetof(limits_t, budget), 0, 1000000},
   };
@@ -1769,6 +2305,15 @@ int main(int argc, char** argv) {
   if (s->lim.concurrency == 0)
     s->lim.concurrency = threads;
   fit_fd_limit(&s->lim, conns_given);
+  if (s->lim.max_per_addr != 0) {
+    /* About one bucket per connection the server can hold. */
+    s->addr_buckets = 64;
+    while (s->addr_buckets < s->lim.max_conns + s->lim.max_rejecting)
+      s->addr_buckets *= 2;
+    s->addrs = calloc(s->addr_buckets, sizeof(*s->addrs));
+    if (s->addrs == NULL)
+      fail("calloc", UV_ENOMEM);
+  }
   /* Fault injection for the tests of the order check itself. */
   fault = getenv("HTTP_PIPELINE_FAULT");
   s->fault_reorder = fault != NULL && strcmp(fault, "reorder") == 0;
@@ -1787,6 +2332,13 @@ int main(int argc, char** argv) {
   settings.on_body = on_body;
   settings.on_message_complete = on_message_complete;
 
+  /* Fetched once, before any thread hashes: looking the algorithm up for
+   * every hash would take libcrypto's locks on every round. */
+  s->sha256 = EVP_MD_fetch(NULL, "SHA256", NULL);
+  if (s->sha256 == NULL) {
+    fprintf(stderr, "http-pipeline: libcrypto has no SHA-256\n");
+    return 1;
+  }
   s->loop = uv_default_loop();
   s->loop_thread = uv_thread_self();
   atomic_init(&s->order_violations, 0);
@@ -1858,6 +2410,12 @@ int main(int argc, char** argv) {
 
   uv_run(s->loop, UV_RUN_DEFAULT);
   rc = uv_loop_close(s->loop);
+  EVP_MD_free(s->sha256);
+  /* Every connection has closed: every address count must be gone. */
+  for (k = 0; k < s->addr_buckets; k++)
+    if (s->addrs[k] != NULL)
+      s->leaks++;
+  free(s->addrs);
 
   violations = atomic_load(&s->order_violations) + atomic_load(&s->overlaps) +
                atomic_load(&s->wrong_thread) + s->answers_out_of_order +

@@ -45,6 +45,18 @@ leak checks):
                 of the 64 connections (64 x ~100 ms / 2 threads): 2.8 to
                 8.4 s in six runs, against 0.3 to 4.5 ms with it in three,
                 on a 2-CPU machine shared with other work
+  out-bound     --max-out-bytes 16384: a client pipelines 3000 answers that
+                need no work and reads nothing: fewer than 400 are parsed,
+                out_peak stays within the bound plus one answer, and once
+                it reads all 3000 come in order
+  per-addr      --max-conn-per-addr 10: 40 connections from 127.0.0.1, 10
+                served and 30 closed at once; 127.0.0.2 is still served
+  slow-read     --min-send-rate 32768 --write-timeout 1000: a reader taking
+                <= 9 KB/s in bursts is closed within 6 s; one taking a large
+                backlog at up to 160 KB/s is not
+  chunked       malformed chunked bodies get 400/413/431 and a close,
+                well-formed ones (also a byte at a time) are read
+  head          HEAD gets GET's headers and no body, pipelined in order
 
   test_attack.py NAME --server BUILDDIR/examples/http-pipeline/http-pipeline
   test_attack.py shed --max-wait 0 --server ...   (the figure above)
@@ -505,7 +517,9 @@ def churn_one(server, way, errors):
 
 
 def test_churn(binary):
-    server = Server(binary, "pool", threads=2)
+    # 250 clients at once, all from 127.0.0.1: no per-address cap.
+    server = Server(binary, "pool", threads=2,
+                    extra=["--max-conn-per-addr", 0])
     try:
         timed_get(server, "/work?n=1&id=warm")
         time.sleep(0.2)
@@ -705,6 +719,488 @@ def test_shed(binary, max_wait=SHED_WAIT_MS):
     return 0
 
 
+# ------------------------------------------------------------ out-bound
+
+OUT_MAX = 16384      # out-bound, slow-read: --max-out-bytes
+ANSWER_BOUND = 4352  # the most one answer can reserve (a /stats)
+OUT_PARSED_CAP = 400  # out-bound: requests parsed for a client that reads
+                      # nothing (one 64 KiB read is ~2000 of them)
+
+
+class StatsWatcher:
+    """/stats on fresh connections, minus the requests it made itself."""
+
+    def __init__(self, server):
+        self.server = server
+        self.own = 0
+
+    def get(self):
+        st = self.server.stats()
+        self.own += 1
+        st["others"] = st["requests"] - self.own
+        return st
+
+
+def out_bound_requests(n):
+    """n pipelined requests whose answers need no work: /stats, 404, HEAD
+    /stats and a 400 for a bad query, which all keep the connection; and
+    what each must be answered."""
+    reqs, want = [], []
+    for i in range(n):
+        k = i % 4
+        if k == 0:
+            reqs.append(request("/stats"))
+            want.append((200, False))
+        elif k == 1:
+            reqs.append(request("/nope%d" % i))
+            want.append((404, False))
+        elif k == 2:
+            reqs.append(b"HEAD /stats HTTP/1.1\r\nHost: t\r\n\r\n")
+            want.append((200, True))
+        else:
+            reqs.append(request("/work?n=x&id=%d" % i))
+            want.append((400, False))
+    return b"".join(reqs), want
+
+
+def test_out_bound(binary):
+    """One client pipelines 3000 requests that need no work and reads
+    nothing: the server parses only as many as --max-out-bytes of answers
+    (counted from the moment each is parsed) and the kernel's small
+    buffers hold, then stops; once the client reads, it parses on and every
+    answer comes, in order."""
+    server = Server(binary, "pool", threads=2,
+                    extra=["--max-out-bytes", OUT_MAX, "--sndbuf", 4096])
+    try:
+        watch = StatsWatcher(server)
+        data, want = out_bound_requests(3000)
+        c = harness.Client.__new__(harness.Client)
+        c.sock = socket.socket()
+        c.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        c.sock.settimeout(60)
+        c.sock.connect((server.host, server.port))
+        c.buf = b""
+        sender = c.send_in_background(data)
+        check(harness.wait_until(lambda: watch.get()["write_blocks"] >= 1,
+                                 30), "the server never stopped reading")
+        # Sampled for a second while the client still reads nothing: the
+        # parsed count stays far below the pipelined 3000.
+        parsed = []
+        for _ in range(5):
+            parsed.append(watch.get()["others"])
+            time.sleep(0.2)
+        st = watch.get()
+        print("out-bound: 3000 pipelined, the client reads nothing: "
+              "parsed %r; out_peak %s bytes (--max-out-bytes %d)" %
+              (parsed, st.get("out_peak"), OUT_MAX))
+        check(max(parsed) < OUT_PARSED_CAP,
+              "parsed %d requests for a client that reads nothing (cap %d)"
+              % (max(parsed), OUT_PARSED_CAP))
+        check("out_peak" in st and
+              st["out_peak"] <= OUT_MAX + ANSWER_BOUND,
+              "out_peak %s over --max-out-bytes + one answer" %
+              st.get("out_peak"))
+        r, dt = timed_get(server, "/health")
+        check(r[0] == 200 and dt < 5, "another client: %r in %.2f s" %
+              (r, dt))
+        # The client reads: parsing resumes, every answer comes, in order.
+        for i, (status, head) in enumerate(want):
+            r = c.read_response(head=head)
+            check(r is not None and r[0] == status,
+                  "answer %d: %r, expected %d" % (i, r and r[:2], status))
+            if head:
+                check(int(r[1]["content-length"]) > 0,
+                      "HEAD /stats has a Content-Length")
+        sender.join(30)
+        check(c.get("/health")[0] == 200, "the connection goes on")
+        c.close()
+        st = watch.get()
+        check(st["out_peak"] <= OUT_MAX + ANSWER_BOUND,
+              "out_peak %d after the reads" % st["out_peak"])
+        print("out-bound: all 3000 answered in order; out_peak %d" %
+              st["out_peak"])
+    finally:
+        stop_ok(server)
+    return 0
+
+
+# ------------------------------------------------------------- per-addr
+
+def connect_from(server, source, timeout=10):
+    s = socket.create_connection((server.host, server.port), timeout=timeout,
+                                 source_address=(source, 0))
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return s
+
+
+def test_per_addr(binary):
+    """--max-conns 30 --max-conn-per-addr 10: one address opens 40
+    connections; 10 are served, 30 closed at once without an answer, so
+    another address (127.0.0.2) is still served; a slot its owner frees is
+    its owner's again."""
+    server = Server(binary, "pool", threads=2,
+                    extra=["--max-conns", 30, "--max-conn-per-addr", 10])
+    socks = []
+    try:
+        # Mostly sequential, so that each accept sees the ones before it.
+        for _ in range(40):
+            s = connect_from(server, "127.0.0.1")
+            s.sendall(request("/health"))
+            socks.append(s)
+        # Another address is served while the first holds what it may.
+        for i in range(5):
+            s = connect_from(server, "127.0.0.2")
+            s.sendall(request("/health"))
+            check(read_status(s, 20) == 200, "127.0.0.2, connection %d: "
+                  "refused while 127.0.0.1 holds its connections" % i)
+            s.close()
+        statuses, slow = [], []
+        for s in socks:
+            t0 = time.monotonic()
+            st = read_status(s, 20)
+            statuses.append(st)
+            if st == 0:
+                slow.append(time.monotonic() - t0)
+        served = [s for s, st in zip(socks, statuses) if st == 200]
+        print("per-addr: 40 connections from 127.0.0.1: %d served, %d "
+              "closed (slowest close seen after %.2f s)" %
+              (len(served), statuses.count(0), max(slow or [0])))
+        check(len(served) == 10 and statuses.count(0) == 30,
+              "10 served, 30 closed: %r" % statuses)
+        check(max(slow or [0]) < 10, "closed promptly: %r" % slow)
+        st = server.stats(source="127.0.0.2")
+        check(st["addr_refused"] == 30, "addr_refused: %r" %
+              st["addr_refused"])
+        # A freed slot is its address's again.
+        for s in socks:
+            if s not in served:
+                s.close()
+        served.pop().close()
+
+        def again():
+            s = connect_from(server, "127.0.0.1")
+            try:
+                s.sendall(request("/health"))
+                return read_status(s, 20) == 200
+            finally:
+                s.close()
+        check(harness.wait_until(again, 20), "a freed slot is served")
+    finally:
+        for s in socks:
+            s.close()
+        stop_ok(server)
+    return 0
+
+
+# ------------------------------------------------------------ slow-read
+
+WRITE_TIMEOUT_MS = 1000
+MIN_SEND_RATE = 32768  # bytes/s
+BURST = 8192           # slow-read: bytes read every 0.9 s, <= 9 KB/s
+STEADY = 16384         # slow-read: bytes read every 0.1 s, up to 160 KB/s
+STEADY_S = 3           # ... for this long
+STEADY_N = 1500        # slow-read: requests the steady reader pipelines
+
+
+def pipeline_until(sock, stop, make):
+    i = 0
+    try:
+        while not stop.is_set():
+            sock.sendall(b"".join(make(i + k) for k in range(16)))
+            i += 16
+    except OSError:
+        pass
+
+
+def test_slow_read(binary):
+    """--write-timeout 1000 --min-send-rate 32768: a client that pipelines
+    /work and takes its answers at 9 KB/s at most (about 5 measured), in
+    bursts that let a write complete within every --write-timeout, is
+    closed within a few windows (the server before the byte count kept it);
+    a client that takes a large backlog at up to 160 KB/s is not, and gets
+    every answer."""
+    server = Server(binary, "pool", threads=2,
+                    extra=["--sndbuf", 4096,
+                           "--write-timeout", WRITE_TIMEOUT_MS,
+                           "--min-send-rate", MIN_SEND_RATE,
+                           "--max-out-bytes", OUT_MAX,
+                           "--idle-timeout", 60000])
+    stop = threading.Event()
+    try:
+        slow = 3 if sanitizer(server) == "tsan" else 1
+        # The trickle: 8 KiB every 0.9 s, in a window of 4 KiB.
+        s = socket.socket()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        s.connect((server.host, server.port))
+        t = threading.Thread(target=pipeline_until, daemon=True, args=(
+            s, stop, lambda i: request("/work?n=2000&id=t%d" % i)))
+        t.start()
+        t0 = time.monotonic()
+        got = 0
+        closed_at = None
+        s.settimeout(5)
+        while time.monotonic() - t0 < 12 * slow:
+            try:
+                chunk = s.recv(BURST)
+            except (ConnectionResetError, BrokenPipeError):
+                chunk = b""
+            except socket.timeout:
+                continue
+            if not chunk:
+                closed_at = time.monotonic() - t0
+                break
+            got += len(chunk)
+            time.sleep(0.9)
+        stop.set()
+        s.close()
+        t.join(10)
+        print("slow-read: the trickle read %d bytes (%.0f B/s) and was %s" %
+              (got, got / (time.monotonic() - t0),
+               "closed after %.1f s" % closed_at if closed_at is not None
+               else "never closed"))
+        check(closed_at is not None and closed_at < 6 * slow,
+              "a client taking <= 9 KB/s (min 32 KB/s) closed within %d s: "
+              "%r" % (6 * slow, closed_at))
+        check(server.stats()["write_timeouts"] >= 1, "write timeout counted")
+
+        # The steady reader: 1500 pipelined /stats (and a /work every
+        # tenth, to check the order), ~900 KB of answers, taken at up to
+        # 160 KB/s for 3 s, then at full speed.
+        def steady_req(i):
+            if i % 10 == 9:
+                return request("/work?n=1&id=s%d" % i)
+            return request("/stats")
+        c = harness.Client(server.host, server.port, timeout=30)
+        sender = c.send_in_background(b"".join(steady_req(i)
+                                               for i in range(STEADY_N)))
+        t0 = time.monotonic()
+        taken = 0
+        while time.monotonic() - t0 < STEADY_S:
+            chunk = c.sock.recv(STEADY)
+            check(chunk, "the steady reader was closed after %.1f s, %d "
+                  "bytes" % (time.monotonic() - t0, taken))
+            c.buf += chunk
+            taken += len(chunk)
+            time.sleep(0.1)
+        for i in range(STEADY_N):
+            r = c.read_response()
+            check(r is not None and r[0] == 200, "steady answer %d: %r" %
+                  (i, r and r[:2]))
+            if i % 10 == 9:
+                check(r[2] == work_body("s%d" % i, 1), "in order at %d" % i)
+        sender.join(10)
+        c.close()
+        print("slow-read: the steady reader took %d bytes at %.0f B/s, then "
+              "all %d answers in order" % (taken, taken / float(STEADY_S),
+                                           STEADY_N))
+    finally:
+        stop.set()
+        stop_ok(server)
+    return 0
+
+
+# -------------------------------------------------------------- chunked
+
+def chunked(body_lines, path="/health"):
+    return (b"GET " + path.encode() + b" HTTP/1.1\r\nHost: t\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\n" + body_lines)
+
+
+CHUNKED_OK = [
+    ("chunks, an extension, a trailer",
+     b"5\r\nhello\r\n3;a=b\r\nabc\r\n0\r\nX-Sum: 1\r\n\r\n"),
+    ("upper-case hex, blanks before ';', a quoted extension",
+     b"A \t;x=\"q v\"\r\n0123456789\r\n0\r\n\r\n"),
+    ("no data", b"0\r\n\r\n"),
+    ("16 hex digits", b"0000000000000003\r\nabc\r\n0\r\n\r\n"),
+]
+
+CHUNKED_BAD = [
+    # (what, body, status)
+    ("garbage instead of CRLF after data", b"5\r\nhelloXX0\r\n\r\n", 400),
+    ("LF alone after data", b"5\r\nhello\n0\r\n\r\n", 400),
+    ("CR alone after data", b"5\r\nhello\r0\r\n\r\n", 400),
+    ("LF alone after the size", b"5\nhello\r\n0\r\n\r\n", 400),
+    ("CR then garbage after the size", b"5\rXhello\r\n0\r\n\r\n", 400),
+    ("data longer than the size", b"3\r\nhello\r\n0\r\n\r\n", 400),
+    ("a size that is not hex", b"g\r\nhello\r\n0\r\n\r\n", 400),
+    ("a negative size", b"-5\r\nhello\r\n0\r\n\r\n", 400),
+    ("a 0x size", b"0x5\r\nhello\r\n0\r\n\r\n", 400),
+    ("an empty size", b"\r\nhello\r\n0\r\n\r\n", 400),
+    ("a size over 64 bits", b"1" + b"0" * 16 + b"\r\nx\r\n0\r\n\r\n", 400),
+    ("ffff... (18 digits)", b"f" * 18 + b"\r\nx\r\n0\r\n\r\n", 400),
+    ("17 digits of zero padding", b"0" * 16 + b"5\r\nhello\r\n0\r\n\r\n",
+     400),
+    ("a size over --max-body", b"401\r\n" + b"x" * 1025 + b"\r\n0\r\n\r\n",
+     413),
+    ("chunks over --max-body in all",
+     b"".join(b"200\r\n" + b"x" * 512 + b"\r\n" for _ in range(3)) +
+     b"0\r\n\r\n", 413),
+    ("blanks without an extension", b"5 \r\nhello\r\n0\r\n\r\n", 400),
+    ("a word after the size", b"5 x\r\nhello\r\n0\r\n\r\n", 400),
+    ("an extension of 300 bytes",
+     b"5;" + b"a" * 300 + b"\r\nhello\r\n0\r\n\r\n", 400),
+    ("a control byte in an extension", b"5;a\x01b\r\nhello\r\n0\r\n\r\n",
+     400),
+    ("extensions over --max-head in all",
+     b"".join(b"1;" + b"e" * 200 + b"\r\nx\r\n" for _ in range(12)) +
+     b"0\r\n\r\n", 431),
+    ("17 trailer fields",
+     b"0\r\n" + b"".join(b"T%d: v\r\n" % i for i in range(17)) + b"\r\n",
+     431),
+    ("trailers over --max-head",
+     b"0\r\nX: " + b"v" * 2100 + b"\r\n\r\n", 431),
+    ("a folded trailer", b"0\r\nX: a\r\n b\r\n\r\n", 400),
+    ("a trailer without a colon", b"0\r\nXY\r\n\r\n", 400),
+    ("a trailer with a blank in its name", b"0\r\nX Y: 1\r\n\r\n", 400),
+    ("a trailer line ending in LF alone", b"0\r\nX: 1\n\r\n", 400),
+    ("garbage instead of the last CRLF", b"0\r\n\rX", 400),
+]
+
+
+def test_chunked(binary):
+    """Strict chunked framing: well-formed bodies are read (whole and a
+    byte at a time) and the request after them answered; each malformed
+    one is answered with its error and Connection: close, the request
+    pipelined after it is not answered, and the connection closes."""
+    server = Server(binary, "pool", threads=2,
+                    extra=["--max-body", 1024, "--max-head", 2048])
+    try:
+        after = request("/work?n=2&id=after")
+        for what, body in CHUNKED_OK:
+            for bytewise in (False, True):
+                c = server.connect(10)
+                data = chunked(body) + after
+                if bytewise:
+                    for i in range(len(data)):
+                        c.send(data[i:i + 1])
+                else:
+                    c.send(data)
+                r = c.read_response()
+                check(r is not None and r[0] == 200 and r[2] == "ok\n",
+                      "%s%s: %r" % (what, " (a byte at a time)"
+                                    if bytewise else "", r))
+                r = c.read_response()
+                check(r is not None and r[2] == work_body("after", 2),
+                      "%s: the request after it: %r" % (what, r))
+                c.close()
+        for what, body, status in CHUNKED_BAD:
+            c = server.connect(10)
+            # Sent from a thread: the server may close before it has all.
+            c.send_in_background(chunked(body) + after)
+            r = c.read_response()
+            check(r is not None and r[0] == status and
+                  r[1].get("connection") == "close",
+                  "%s: %r, expected %d and a close" % (what, r, status))
+            try:
+                r = c.read_response()
+            except ConnectionResetError:
+                r = None
+            check(r is None, "%s: the request after it was answered: %r" %
+                  (what, r))
+            c.close()
+        # Expect: 100-continue on a chunked body: the 100, then the answer
+        # once the body is in.
+        c = server.connect(10)
+        c.send(b"GET /health HTTP/1.1\r\nHost: t\r\nExpect: 100-continue\r\n"
+               b"Transfer-Encoding: chunked\r\n\r\n")
+        r = c.read_response()
+        check(r is not None and r[0] == 100, "100 Continue: %r" % (r,))
+        c.send(b"3\r\nabc\r\n0\r\n\r\n")
+        r = c.read_response()
+        check(r is not None and r[0] == 200, "after the chunked body: %r" %
+              (r,))
+        c.close()
+        # The parser's own checks still hold: Content-Length with chunked.
+        c = server.connect(10)
+        c.send(b"GET /health HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\n"
+               b"Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n")
+        r = c.read_response()
+        check(r is not None and r[0] == 400, "CL and chunked: %r" % (r,))
+        c.close()
+        st = server.stats()
+        check(st["bad_chunked"] == len(CHUNKED_BAD), "bad_chunked %r, "
+              "expected %d" % (st.get("bad_chunked"), len(CHUNKED_BAD)))
+        print("chunked: %d well-formed bodies read (whole and a byte at a "
+              "time), %d malformed ones refused" %
+              (len(CHUNKED_OK), len(CHUNKED_BAD)))
+    finally:
+        stop_ok(server)
+    return 0
+
+
+# ----------------------------------------------------------------- head
+
+def test_head(binary):
+    """HEAD: the headers of GET's answer, Content-Length included, and no
+    body byte, for every answer; pipelined with GETs, every answer in
+    order, in pool and loop mode."""
+    for mode in ("pool", "loop"):
+        server = Server(binary, mode, threads=2, extra=["--max-rounds", 5000])
+        try:
+            c = server.connect(10)
+            # Sent alone, then checked byte for byte: the next answer starts
+            # right after the head.
+            c.send(b"HEAD /health HTTP/1.1\r\nHost: t\r\n\r\n" +
+                   request("/health"))
+            while c.buf.count(b"HTTP/1.1") < 2 or not c.buf.endswith(b"ok\n"):
+                check(c._fill(), "EOF after HEAD /health")
+            head, _, rest = c.buf.partition(b"\r\n\r\n")
+            check(b"Content-Length: 3" in head and
+                  rest.startswith(b"HTTP/1.1 200"),
+                  "HEAD /health: %r" % c.buf)
+            c.buf = b""
+            # Pipelined: GET and HEAD of the same targets, in turns.
+            targets = []
+            for i in range(40):
+                k = i % 5
+                if k == 0:
+                    targets.append(("/work?n=%d&id=h%d" % (i * 100, i), 200,
+                                    work_body("h%d" % i, i * 100)))
+                elif k == 1:
+                    targets.append(("/health", 200, "ok\n"))
+                elif k == 2:
+                    targets.append(("/nope", 404, "not found\n"))
+                elif k == 3:
+                    targets.append(("/work?n=bad&id=x", 400,
+                                    "expected /work?n=ROUNDS&id=TOKEN\n"))
+                else:
+                    targets.append(("/work?n=9999&id=x", 400,
+                                    "n is over the limit of 5000\n"))
+            data = []
+            for path, _, _ in targets:
+                data.append(request(path))
+                data.append(b"HEAD " + path.encode() +
+                            b" HTTP/1.1\r\nHost: t\r\n\r\n")
+            c.send(b"".join(data))
+            for path, status, body in targets:
+                r = c.read_response()
+                check(r is not None and r[0] == status and r[2] == body,
+                      "%s GET %s: %r" % (mode, path, r))
+                r = c.read_response(head=True)
+                check(r is not None and r[0] == status and
+                      int(r[1]["content-length"]) == len(body),
+                      "%s HEAD %s: %r (GET's body is %d bytes)" %
+                      (mode, path, r, len(body)))
+            r = c.get("/health")
+            check(r[2] == "ok\n", "%s: nothing after the last HEAD" % mode)
+            # 405 names HEAD; a HEAD that fails to parse gets no body either.
+            c.send(b"DELETE /health HTTP/1.1\r\nHost: t\r\n\r\n")
+            r = c.read_response()
+            check(r[0] == 405 and r[1].get("allow") == "GET, HEAD",
+                  "405: %r" % (r,))
+            c.send(b"HEAD /health HTTP/1.1\r\n\r\n")  # No Host.
+            r = c.read_response(head=True)
+            check(r[0] == 400 and c.at_eof(), "HEAD without Host: %r, %r" %
+                  (r, c.buf))
+            c.close()
+            print("head %s: 40 GET/HEAD pairs in order, no body for HEAD" %
+                  mode)
+        finally:
+            stop_ok(server)
+    return 0
+
+
 TESTS = {
     "slowloris": test_slowloris,
     "never-read": test_never_read,
@@ -714,6 +1210,11 @@ TESTS = {
     "churn": test_churn,
     "conn-cap": test_conn_cap,
     "shed": test_shed,
+    "out-bound": test_out_bound,
+    "per-addr": test_per_addr,
+    "slow-read": test_slow_read,
+    "chunked": test_chunked,
+    "head": test_head,
 }
 
 
