@@ -74,7 +74,10 @@ uvs_deb_installed() {
 # Lists what is missing for building and testing with gcc, then installs it:
 # the toolchain and libuv for the library; libhttp-parser-dev for the HTTP
 # example (examples/http-pipeline), curl, wrk and h2load (nghttp2-client)
-# for its tests and the demo.
+# for its tests and the demo; libwebsockets-dev, its libuv plugin
+# (libwebsockets-evlib-uv, which lws loads at run time) and
+# python3-websockets for the WebSocket example (examples/websocket) and its
+# tests.
 uvs_install_deps() {
   local missing=() v
   if ! command -v gcc >/dev/null 2>&1; then
@@ -100,6 +103,9 @@ uvs_install_deps() {
   command -v curl >/dev/null 2>&1 || missing+=(curl)
   command -v wrk >/dev/null 2>&1 || missing+=(wrk)
   command -v h2load >/dev/null 2>&1 || missing+=(nghttp2-client)
+  uvs_deb_installed libwebsockets-dev || missing+=(libwebsockets-dev)
+  uvs_deb_installed libwebsockets-evlib-uv || missing+=(libwebsockets-evlib-uv)
+  uvs_deb_installed python3-websockets || missing+=(python3-websockets)
   if [ "${#missing[@]}" -eq 0 ]; then
     return 0
   fi
