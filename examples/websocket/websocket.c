@@ -732,7 +732,7 @@ int main(int argc, char** argv) {
   s->max_queue = 64;
   s->max_outq = 1 << 20;
   s->idle_s = 60;
-  for (i = 1; i < argc; i++) {
+  for (i = 1; i < argc; i += 2) { /* --name value */
     const char* v = i + 1 < argc ? argv[i + 1] : NULL;
     if (v == NULL) {
       usage(stderr);
@@ -762,7 +762,6 @@ int main(int argc, char** argv) {
       usage(stderr);
       return 2;
     }
-    i++;
   }
   signal(SIGPIPE, SIG_IGN);
   atomic_init(&s->overlaps, 0);
