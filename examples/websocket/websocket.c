@@ -3,7 +3,7 @@
  *
  *   websocket [--host ADDR] [--port N] [--mode pool|inline] [--work-us US]
  *             [--max-conns N] [--max-msg BYTES] [--max-queue N]
- *             [--max-outq BYTES] [--idle-s S]
+ *             [--max-outq BYTES] [--idle-s S] [--max-concurrency N]
  *
  * Every text or binary message a client sends is answered with one message
  * of the same kind: 16 lower-case hex digits of the FNV-1a 64 digest of the
@@ -163,6 +163,7 @@ struct server_s {
   size_t max_queue;
   size_t max_outq;
   unsigned idle_s;
+  unsigned max_concurrency;
   /* counters, loop thread */
   unsigned next_id;
   uint64_t open;
@@ -687,13 +688,16 @@ static void usage(FILE* f) {
           "usage: websocket [--host ADDR] [--port N] [--mode pool|inline]\n"
           "                 [--work-us US] [--max-conns N] [--max-msg BYTES]\n"
           "                 [--max-queue N] [--max-outq BYTES] [--idle-s S]\n"
+          "                 [--max-concurrency N]\n"
           "  --mode pool     each connection's messages on its own uvsched\n"
           "                  pool worker, in order (default)\n"
           "  --mode inline   the work in lws's RECEIVE callback (baseline)\n"
           "  --work-us US    CPU per message (default 0)\n"
           "  --max-queue N   messages of a connection queued and not "
           "started\n"
-          "                  before it stops reading (default 64)\n");
+          "                  before it stops reading (default 64)\n"
+          "  --max-concurrency N  pool threads the messages may use at once\n"
+          "                  (default 0: libuv's pool size)\n");
 }
 
 
@@ -725,6 +729,7 @@ int main(int argc, char** argv) {
   };
   server_t* s = &server;
   struct lws_context_creation_info info;
+  uvs_sched_options_t so;
   void* loops[1];
   const char* host = "127.0.0.1";
   unsigned long port = 0;
@@ -765,6 +770,8 @@ int main(int argc, char** argv) {
       s->max_outq = num_arg("max-outq", v, 1024, 1ul << 30);
     else if (strcmp(argv[i], "--idle-s") == 0)
       s->idle_s = (unsigned) num_arg("idle-s", v, 1, 86400);
+    else if (strcmp(argv[i], "--max-concurrency") == 0)
+      s->max_concurrency = (unsigned) num_arg("max-concurrency", v, 0, 1024);
     else {
       usage(stderr);
       return 2;
@@ -778,7 +785,12 @@ int main(int argc, char** argv) {
   rc = uv_loop_init(&s->loop);
   if (rc != 0)
     fail("uv_loop_init", rc);
-  rc = uvs_sched_init(&s->loop, &s->sched, NULL);
+  memset(&so, 0, sizeof(so));
+  /* Most pool threads the messages may hold at once (0: libuv's pool
+   * size). Fewer leave CPU to the loop thread, which does all of lws's
+   * I/O, and to whatever else runs on the machine. */
+  so.max_concurrency = s->max_concurrency;
+  rc = uvs_sched_init(&s->loop, &s->sched, &so);
   if (rc != 0)
     fail("uvs_sched_init", rc);
 
@@ -823,8 +835,11 @@ int main(int argc, char** argv) {
   if (rc != 0)
     fail("uv_signal_start", rc);
 
-  printf("websocket: listening on ws://%s:%d mode=%s work_us=%u\n", host,
-         listen_port, s->mode == MODE_POOL ? "pool" : "inline", s->work_us);
+  printf(
+      "websocket: listening on ws://%s:%d mode=%s work_us=%u "
+      "max_concurrency=%u\n",
+      host, listen_port, s->mode == MODE_POOL ? "pool" : "inline", s->work_us,
+      s->max_concurrency);
   fflush(stdout);
 
   rc = uv_run(&s->loop, UV_RUN_DEFAULT);
