@@ -84,7 +84,10 @@ uvs_node_headers() {
 # libssl-dev (libcrypto's SHA-256) for the HTTP example
 # (examples/http-pipeline), curl, wrk and h2load (nghttp2-client) for its
 # tests and the demo; node and its headers for the Node addon
-# (examples/node-addon).
+# (examples/node-addon); libwebsockets-dev, its libuv plugin
+# (libwebsockets-evlib-uv, which lws loads at run time) and
+# python3-websockets for the WebSocket example (examples/websocket) and its
+# tests.
 uvs_install_deps() {
   local missing=() v
   if ! command -v gcc >/dev/null 2>&1; then
@@ -124,6 +127,9 @@ uvs_install_deps() {
       uvs_log "node has no headers beside it: examples/node-addon is skipped"
     fi
   fi
+  uvs_deb_installed libwebsockets-dev || missing+=(libwebsockets-dev)
+  uvs_deb_installed libwebsockets-evlib-uv || missing+=(libwebsockets-evlib-uv)
+  uvs_deb_installed python3-websockets || missing+=(python3-websockets)
   if [ "${#missing[@]}" -eq 0 ]; then
     return 0
   fi
