@@ -264,3 +264,25 @@ int uvs__wait_room(uvs_worker_t* w,
   uv_mutex_unlock(&s->lock);
   return err;
 }
+
+
+/* A task that was ready longer than max_wait_ms is shed instead of run
+ * (lock held): handed back with UV_ETIMEDOUT in its place among the
+ * batch's hand-backs (so done_cb order still follows the queue's), a post
+ * dropped unrun, a periodic task on to its next grid point. */
+void uvs__shed(uvs_sched_t* s,
+               uvs_worker_t* w,
+               uvs_task_t* t,
+               uvs__chain_t* done) {
+  w->nexpired++;
+  if (!(uvs__load_rlx(&t->state) & UVS__T_PERIODIC)) {
+    uvs__drop_to(s, t, UV_ETIMEDOUT, done);
+    return;
+  }
+  w->nskipped++;
+  if (w->flags & UVS__WF_CLOSING) {
+    uvs__drop(s, t, UV_ECANCELED);
+    return;
+  }
+  uvs__skip_grid_point(w, t);
+}

@@ -11,84 +11,14 @@
 
 #include "internal.h"
 
-#include <sched.h>
 
-/* With the default budget a drain or loop turn yields after a time slice
- * rather than a count: a round trip through the loop to post the next drain
- * costs about as much as thousands of small tasks, and a loop turn of a few
- * dozen tasks makes a backlog of small ones wait for many loop iterations.
- * No task starts once the slice has passed, so long tasks get one per turn.
- * Batches of slots still start small and double, which bounds how many
- * tasks a drain moves out of the queue that it may have to put back. */
-#define UVS__SLICE_NS 1000000
+/* Batches of slots start small and double, which bounds how many tasks a
+ * drain moves out of the queue that it may have to put back. */
 #define UVS__FIRST_BATCH 8
-
-/* The slice is checked before every task but the first, so the check has
- * to cost less than an empty task: the CPU's tick counter (clock.c) says
- * when to look at the real clock, and the slice ends by uv_hrtime(). Until
- * the counter's rate is known, and where there is no counter, every check
- * reads uv_hrtime(). */
-typedef struct {
-  uint64_t end_ns;   /* 0: no slice, the budget counts tasks */
-  uint64_t end_tick; /* look at the real clock from this tick on */
-  uint64_t per_ms;
-} slice_t;
-
-
-static void slice_start(slice_t* sl) {
-  uint64_t now;
-
-  now = uv_hrtime();
-  sl->end_ns = now + UVS__SLICE_NS;
-  sl->per_ms = uvs__load_rlx(&uvs__clock_per_ms);
-  if (sl->per_ms == 0) {
-    uvs__clock_learn();
-    sl->end_tick = 0;
-  } else {
-    sl->end_tick = uvs__ticks() + sl->per_ms;
-  }
-}
-
-
-/* Has the slice passed? */
-static int slice_over(slice_t* sl) {
-  uint64_t now;
-
-  if (sl->per_ms != 0 && uvs__ticks() < sl->end_tick)
-    return 0;
-  now = uv_hrtime();
-  if (now >= sl->end_ns)
-    return 1;
-  if (sl->per_ms != 0)
-    sl->end_tick = uvs__ticks() + (sl->end_ns - now) * sl->per_ms / 1000000;
-  return 0;
-}
 
 
 /* A drain's batch lives in its thread, so no worker pays for one. */
 static UVS__TLS uvs_task_t* batch_slots[UVS__BATCH];
-
-
-/* A task that was ready longer than max_wait_ms is shed instead of run
- * (lock held): handed back with UV_ETIMEDOUT in its place among the
- * batch's hand-backs (so done_cb order still follows the queue's), a post
- * dropped unrun, a periodic task on to its next grid point. */
-static void shed(uvs_sched_t* s,
-                 uvs_worker_t* w,
-                 uvs_task_t* t,
-                 uvs__chain_t* done) {
-  w->nexpired++;
-  if (!(uvs__load_rlx(&t->state) & UVS__T_PERIODIC)) {
-    uvs__drop_to(s, t, UV_ETIMEDOUT, done);
-    return;
-  }
-  w->nskipped++;
-  if (w->flags & UVS__WF_CLOSING) {
-    uvs__drop(s, t, UV_ECANCELED);
-    return;
-  }
-  uvs__skip_grid_point(w, t);
-}
 
 
 /* Where a drain counts its runs: the worker's fields for a serial worker,
@@ -155,15 +85,6 @@ static inline __attribute__((always_inline)) void run_one(uvs_sched_t* s,
 }
 
 
-static inline void cpu_relax(void) {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  __asm__ __volatile__("yield");
-#endif
-}
-
-
 /* linger_us: a pool drain that found its queue empty polls the inbox's tail
  * for up to linger_us before it gives its thread back, so that a task
  * scheduled meanwhile starts without a round trip through the loop and a
@@ -172,8 +93,6 @@ static inline void cpu_relax(void) {
  * closing. Producers see the worker SCHEDULED all along and just push. */
 static int linger(uvs_sched_t* s, uvs_worker_t* w) {
   uvs__queue_t* tail;
-  uint64_t end;
-  unsigned polls;
   int arrived;
 
   /* A push caught between its two steps shows as an empty batch with the
@@ -182,24 +101,7 @@ static int linger(uvs_sched_t* s, uvs_worker_t* w) {
     return 1;
   tail = uvs__load_rlx(&w->inbox_tail);
   uv_mutex_unlock(&s->lock);
-  end = uv_hrtime() + (uint64_t) s->linger_us * 1000;
-  arrived = 0;
-  for (polls = 1;; polls++) {
-    if (__atomic_load_n(&w->inbox_tail, __ATOMIC_ACQUIRE) != tail) {
-      arrived = 1;
-      break;
-    }
-    if (uvs__shut(s, w))
-      break;
-    /* The clock costs more than a poll: look at it every 64 polls, and
-     * let a thread that waits for this core (the loop's, say) run. */
-    if (polls % 64 == 0) {
-      if (uv_hrtime() >= end)
-        break;
-      sched_yield();
-    }
-    cpu_relax();
-  }
+  arrived = uvs__inbox_await(w, tail, s->linger_us);
   uv_mutex_lock(&s->lock);
   return arrived;
 }
@@ -322,8 +224,8 @@ typedef struct {
   uvs_task_t*** batch; /* where the running batch is published, for a */
   unsigned* batch_len; /* cancel or close that tombstones its slots */
   counts_t c;
-  slice_t* sl; /* a runner's, shared by the workers it serves, or own */
-  slice_t own;
+  uvs__slice_t* sl; /* a runner's, shared by the workers it serves, or own */
+  uvs__slice_t own;
   uvs__queue_t posts; /* post nodes that ran, recycled under the lock */
   uvs__chain_t done;  /* the batch's hand-backs, in run order */
   unsigned budget;
@@ -337,7 +239,7 @@ typedef struct {
 static void turn_init(turn_t* tn,
                       uvs_worker_t* w,
                       uvs__lane_t* lane,
-                      slice_t* rs,
+                      uvs__slice_t* rs,
                       unsigned budget) {
   tn->s = w->sched;
   tn->w = w;
@@ -357,7 +259,7 @@ static void turn_init(turn_t* tn,
     if (rs != NULL)
       tn->sl = rs;
     else
-      slice_start(&tn->own);
+      uvs__slice_start(&tn->own);
     tn->batch_max = UVS__FIRST_BATCH;
   }
   tn->ran = 0;
@@ -384,7 +286,7 @@ static unsigned run_batch(turn_t* tn, uvs_task_t** slots, unsigned n) {
   for (i = 0; i < n; i++) {
     /* No task starts once the slice has passed (a lane looked before it
      * picked its first). */
-    if ((tn->lane == NULL || i > 0) && tn->check && slice_over(tn->sl)) {
+    if ((tn->lane == NULL || i > 0) && tn->check && uvs__slice_over(tn->sl)) {
       tn->over = 1;
       break;
     }
@@ -398,7 +300,7 @@ static unsigned run_batch(turn_t* tn, uvs_task_t** slots, unsigned n) {
       if (cancel)
         uvs__drop(s, t, UV_ECANCELED);
       else
-        shed(s, w, t, &tn->done);
+        uvs__shed(s, w, t, &tn->done);
       uv_mutex_unlock(&s->lock);
       continue;
     }
@@ -434,7 +336,7 @@ static unsigned run_batch(turn_t* tn, uvs_task_t** slots, unsigned n) {
  * worker under the same hold), and on neither otherwise. */
 static unsigned turn(uvs_worker_t* w,
                      uvs__lane_t* lane,
-                     slice_t* rs,
+                     uvs__slice_t* rs,
                      unsigned budget,
                      int held) {
   uvs_task_t** slots;
@@ -459,7 +361,7 @@ static unsigned turn(uvs_worker_t* w,
     /* A lane looks at its slice before it picks, not after: a picked task
      * has left its key's count (keys.c), and one put back would count in
      * again after a producer may have filled the room it seemed to make. */
-    if (lane != NULL && tn.check && slice_over(tn.sl))
+    if (lane != NULL && tn.check && uvs__slice_over(tn.sl))
       break;
     max = tn.budget - tn.ran < tn.batch_max ? tn.budget - tn.ran : tn.batch_max;
     n = fill(w, lane, slots, max);
@@ -502,7 +404,7 @@ void uvs__run_ready(uvs_sched_t* s, uvs_worker_t* first) {
   uint64_t epoch;
   unsigned left;
   unsigned ran;
-  slice_t sl;
+  uvs__slice_t sl;
 
   /* With a budget the runner runs that many tasks in all, as one drain
    * did; with none, one time slice. Each worker gets one turn at most: a
@@ -515,7 +417,7 @@ void uvs__run_ready(uvs_sched_t* s, uvs_worker_t* first) {
   sl.end_tick = 0;
   sl.per_ms = 0;
   if (left == 0)
-    slice_start(&sl);
+    uvs__slice_start(&sl);
   w = first;
   uv_mutex_lock(&s->lock);
   epoch = ++s->runner_epoch;
@@ -528,7 +430,7 @@ void uvs__run_ready(uvs_sched_t* s, uvs_worker_t* first) {
       left -= ran;
     uvs__turn_ended(w);
     q = NULL;
-    if (s->budget != 0 ? left != 0 : !slice_over(&sl))
+    if (s->budget != 0 ? left != 0 : !uvs__slice_over(&sl))
       q = s->ready.next != &s->ready ? s->ready.next : NULL;
     if (q == NULL)
       break;
@@ -546,7 +448,7 @@ int uvs__loop_turn(uvs_sched_t* s) {
   uvs__queue_t turns;
   uvs__queue_t* q;
   uvs_worker_t* w;
-  slice_t sl;
+  uvs__slice_t sl;
 
   /* Each loop worker ready now gets one turn: of at most budget tasks,
    * or with the default budget a share of one slice for the whole loop
@@ -563,14 +465,14 @@ int uvs__loop_turn(uvs_sched_t* s) {
   sl.end_tick = 0;
   sl.per_ms = 0;
   if (s->budget == 0)
-    slice_start(&sl);
+    uvs__slice_start(&sl);
   uvs__queue_move(&s->loop_ready, &turns);
   while ((q = uvs__queue_shift(&turns)) != NULL) {
     w = uvs__container_of(q, uvs_worker_t, ready_node);
     w->phase = UVS__P_POSTED;
     turn(w, NULL, s->budget == 0 ? &sl : NULL, s->budget, 1);
     uvs__turn_ended(w);
-    if (s->budget == 0 && slice_over(&sl)) {
+    if (s->budget == 0 && uvs__slice_over(&sl)) {
       /* The ones left out, ahead of any that became ready since. */
       uvs__queue_move(&s->loop_ready, &turns);
       uvs__queue_move(&turns, &s->loop_ready);

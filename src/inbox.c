@@ -134,3 +134,34 @@ uint64_t uvs__inbox_count(uvs_worker_t* w) {
       count++;
   return count;
 }
+
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ __volatile__("yield");
+#endif
+}
+
+
+int uvs__inbox_await(uvs_worker_t* w, uvs__queue_t* tail, unsigned us) {
+  uint64_t end;
+  unsigned polls;
+
+  end = uv_hrtime() + (uint64_t) us * 1000;
+  for (polls = 1;; polls++) {
+    if (__atomic_load_n(&w->inbox_tail, __ATOMIC_ACQUIRE) != tail)
+      return 1;
+    if (uvs__shut(w->sched, w))
+      return 0;
+    /* The clock costs more than a poll: look at it every 64 polls, and
+     * let a thread that waits for this core (the loop's, say) run. */
+    if (polls % 64 == 0) {
+      if (uv_hrtime() >= end)
+        return 0;
+      sched_yield();
+    }
+    cpu_relax();
+  }
+}

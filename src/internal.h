@@ -56,29 +56,7 @@ void uvs__alloc_fail_after(long n);
 void uvs__alloc_fail_all(int on);
 unsigned long uvs__alloc_count(void);
 
-/* ---- clock.c: the CPU's tick counter ---------------------------------- */
-/* The counter: cheap, at a rate learnt at run time; 0 where there is none. */
-static inline uint64_t uvs__ticks(void) {
-#if defined(__x86_64__) || defined(__i386__)
-  return __builtin_ia32_rdtsc();
-#elif defined(__aarch64__)
-  uint64_t v;
-
-  __asm__ __volatile__("mrs %0, cntvct_el0" : "=r"(v));
-  return v;
-#else
-  return 0;
-#endif
-}
-/* Ticks per ms, rounded down; 0 until learnt. A hint of when to read the
- * real clock, never a time. */
-extern uint64_t uvs__clock_per_ms;
-/* Takes a reading of both clocks towards the rate (any thread). */
-void uvs__clock_learn(void);
-/* A time on the uv_hrtime() clock that is not earlier than the real time
- * at the call, and at most a few us later: from the counter where it is
- * trusted, else uv_hrtime() (any thread). */
-uint64_t uvs__hrtime_late(void);
+#include "clock.h"
 
 /* ---- queue.h: intrusive circular list ---------------------------------- */
 #include "queue.h"
@@ -112,6 +90,10 @@ void uvs__inbox_push(uvs_worker_t* worker, uvs_task_t* task);
 /* Lock held: is anything queued (inbox or FIFO)? Orders like a seq_cst load
  * of the inbox's tail. */
 int uvs__inbox_nonempty(uvs_worker_t* worker);
+/* Polls w's inbox for up to us microseconds for a push past tail (no lock
+ * held): 1 if one came, 0 if the time ran out or w or its scheduler began
+ * closing. */
+int uvs__inbox_await(uvs_worker_t* w, uvs__queue_t* tail, unsigned us);
 /* Lock held: moves everything pushed so far to the FIFO's tail. */
 void uvs__inbox_flush(uvs_worker_t* worker);
 /* Lock held: the oldest queued task, or NULL. With last = 0 it leaves the
@@ -232,105 +214,9 @@ static inline int uvs__shut(uvs_sched_t* s, uvs_worker_t* w) {
          uvs__load_acq(&s->state) != UVS__SS_OPEN;
 }
 
-/* ---- keys.c: width > 1 and keys --------------------------------------- */
-typedef struct uvs__keys_s uvs__keys_t;
-typedef struct uvs__kent_s uvs__kent_t;
-/* One of a wide worker's drains. */
-typedef struct uvs__lane_s {
-  uv_work_t work;
-  uvs_worker_t* w;
-  uvs_task_t** batch; /* its slots while it runs a batch */
-  unsigned batch_len;
-  int active;  /* posted or running */
-  int seeking; /* posted, and has not picked a task yet */
-  /* Its runs, counted here rather than in the worker's fields, which the
-   * lanes would share (drain.c); written by the lane's drain only. */
-  uint64_t nran;
-  uint64_t nended_run;
-  uvs__kent_t* kent; /* the key entry of the task in its slot */
-} uvs__lane_t;
-/* Everything below needs the scheduler's lock. */
-uvs__keys_t* uvs__keys_new(unsigned width);
-void uvs__keys_attach(uvs_worker_t* w, uvs__keys_t* keys);
-void uvs__keys_free(uvs_worker_t* w);
-uvs__lane_t* uvs__keys_lane(uvs_worker_t* w, unsigned i);
-/* Moves queued tasks to kready or behind their key, until kready holds
- * enough for the lanes. UV_EAGAIN if it stopped at a push in progress,
- * UV_ENOMEM if a key's entry can't be had (the rest stays queued for a
- * later try). */
-int uvs__keys_intake(uvs_worker_t* w);
-/* The next task a lane may start, and its key's entry (NULL: no key). */
-uvs_task_t* uvs__keys_pick(uvs_worker_t* w, uvs__kent_t** ent);
-/* A picked task that did not start goes back: a key's head to the head of
- * kready, the rest of its key's run to the head of the key's queue. */
-void uvs__keys_unpick(uvs_worker_t* w, uvs_task_t* t);
-/* The next task of a picked head's key, out of its queue, or NULL: no
- * other lane could start it (guarantee 12 lets a lane batch one key's
- * run). Only without per-key bounds, which count a task out as it is
- * picked. */
-uvs_task_t* uvs__keys_next_of(uvs__kent_t* e);
-/* The task of an entry ran or was cancelled: its key's next task joins
- * kready, or the entry goes. */
-void uvs__keys_release(uvs_worker_t* w, uvs__kent_t* e);
-/* A queued task was taken out (cancel, eviction): releases its key if it
- * was its key's next. Call before the task is handed back. */
-void uvs__keys_unlinked(uvs_worker_t* w, uvs_task_t* t);
-/* Takes any queued task out (close, eviction), oldest runnable first. */
-uvs_task_t* uvs__keys_take(uvs_worker_t* w);
-int uvs__keys_nonempty(uvs_worker_t* w);
-/* Lanes w wants posted now (guarantee 12): one for each task in kready
- * that no lane posted and not yet picking will take, as far as the width
- * leaves room. */
-unsigned uvs__keys_lanes_wanted(uvs_worker_t* w);
-/* A lane was posted to pick a task (+1), or picked or ended (-1). */
-void uvs__keys_seeking(uvs_worker_t* w, int delta);
-/* 0.3, key_max_pending (lock held). Counts t in against its key's bound:
- * 0, UV_EAGAIN if the key is full and on_full is not DROP_OLDEST (the key
- * is marked full), UV_ENOMEM; with DROP_OLDEST a full key's oldest queued
- * task is taken out into *evicted, for the caller to hand back. Tasks
- * without a key pass. */
-int uvs__keys_admit(uvs_worker_t* w, uvs_task_t* t, uvs_task_t** evicted);
-/* Undoes an admit of t that its caller could not complete. */
-void uvs__keys_unadmit(uvs_worker_t* w, uvs_task_t* t);
-/* Counts t in with no bound (a delayed task falling due): 0 or
- * UV_ENOMEM. */
-int uvs__keys_reserve(uvs_worker_t* w, uvs_task_t* t);
-/* Files a counted-in task: onto kready, or behind its key. */
-void uvs__keys_file(uvs_worker_t* w, uvs_task_t* t);
-/* Has key as many queued tasks as the bound? */
-int uvs__keys_key_full(uvs_worker_t* w, uint64_t key);
-/* What happened since the last call: room made for some key, and entries
- * newly owing key_space_cb. */
-#define UVS__KEYS_ROOM 1u
-#define UVS__KEYS_OWED 2u
-unsigned uvs__keys_news(uvs_worker_t* w);
-/* Takes the oldest key owed a key_space_cb: 1 and *key, or 0. */
-int uvs__keys_owed_take(uvs_worker_t* w, uint64_t* key);
+#include "keys.h"
 
-/* ---- hazard.c: what keeps a worker alive under a cancel or a pin ----- */
-typedef struct uvs__hazard_s uvs__hazard_t;
-/* Threads that hold a hazard slot at once. */
-#define UVS__HAZARDS 128
-/* The calling thread's hazard slot, for one cancel; NULL (every slot is
- * held by a live thread) means a fallback that every close waits for. No
- * lock needed. */
-uvs__hazard_t* uvs__hazard_enter(void);
-/* Names w as in use; then the caller checks that w is still the task's. */
-void uvs__hazard_protect(uvs__hazard_t* hazard, uvs_worker_t* w);
-void uvs__hazard_leave(uvs__hazard_t* hazard);
-/* Waits until no cancel names w. Every task of w is handed back; no lock
- * held. */
-void uvs__hazard_wait_cancels(uvs_worker_t* w);
-/* Pins w in the calling thread's slot: 1, or 0 if no slot can be had (the
- * caller pins with w->inflight instead). The caller then loads w->closed
- * (seq_cst). Pins of one worker nest. */
-int uvs__hazard_pin(uvs_worker_t* w);
-void uvs__hazard_unpin(void);
-/* The calling thread's slot, 0 to UVS__HAZARDS - 1, or -1 if it has none. */
-int uvs__hazard_index(void);
-/* Waits until no slot pins w; w->closed is stored (seq_cst). No lock
- * held. */
-void uvs__hazard_wait_pins(uvs_worker_t* w);
+#include "hazard.h"
 
 /* ---- postpool.c: uvs_post's nodes -------------------------------------- */
 /* A node that runs fn(arg) with no done_cb, or NULL (out of memory). The
@@ -350,18 +236,22 @@ void uvs__post_free_all(uvs_sched_t* sched);
 /* Allocates the per-thread caches of free post nodes (UV_ENOMEM). */
 int uvs__post_init(uvs_sched_t* sched);
 
-/* The files are layered: each calls only files listed after it, except
- * that any may wake the loop with uvs__kick() (loop.c), as libuv's
- * threadpool.c calls uv_async_send(). The last two lines are declared
- * above, the rest below.
- *   sched.c task.c post.c   public entry points
- *   loop.c                  the loop thread's side: handles, process()
- *   drain.c                 drains and loop turns: running tasks
- *   worker.c                one worker's queue, delayed list, cancel, close
- *   bound.c                 bounds, space_cb, blocked producers, metrics
- *   handback.c              the end of custody: hand-back stack, deliver
- *   keys.c postpool.c hazard.c    lanes and keys; post nodes; hazard slots
- *   inbox.c wheel.c clock.c alloc.c version.c    leaves
+/* The files are layered: each calls only files on lines below its own,
+ * except that any may wake the loop with uvs__kick() (loop.c), as libuv's
+ * threadpool.c calls uv_async_send(); scripts/check-layers.py checks that
+ * no call goes round in a circle.
+ *   sched.c                  uvs_sched_init, uvs_now, stats
+ *   loop.c                   the loop thread's side: handles, process(),
+ *                            dispatch (guarantee 12), kicks
+ *   lane.c post.c            a wide worker's lanes; uvs_post
+ *   task.c cancel.c          the schedule calls; cancel and re-arm
+ *   close.c drain.c          closes and the one sweep; running tasks
+ *   timer.c metrics.c        all of time; histograms and metrics
+ *   bound.c                  bounds, space callbacks, blocked producers
+ *   worker.c delay.c         a worker's queue and its hand-off; delayed
+ *   handback.c               lists; the end of custody
+ *   keys.c postpool.c wheel.c    key table and lanes; post nodes; wheel
+ *   inbox.c hazard.c clock.c alloc.c version.c    leaves
  */
 
 /* The scheduler's clock in ms: uv_hrtime(), or the manual clock. */
@@ -536,78 +426,7 @@ struct uvs__tls_s {
 };
 extern UVS__TLS struct uvs__tls_s uvs__tls;
 
-/* ---- bound.c: bounded workers and metrics ----------------------------- */
-/* Does w count its queued tasks (a bound or metrics)? */
-static inline int uvs__counting(const uvs_worker_t* w) {
-  return w->counting;
-}
-/* A producer blocked in uvs_schedule_wait(), on w->waiters (lock). */
-typedef struct uvs__waiter_s {
-  uvs__queue_t node;
-  uv_cond_t cond;
-  int woken;
-} uvs__waiter_t;
-/* Counts a task into a counting worker: 0, or UV_EAGAIN if it is full and
- * rejects (DROP_OLDEST evicts instead, taking the lock unless `locked`). */
-int uvs__admit(uvs_worker_t* worker, int locked);
-/* A queued task was taken out other than by the drain (lock held). */
-void uvs__unqueued(uvs_worker_t* worker);
-/* Room was made in a bounded worker: owe space_cb at low_water, wake a
- * blocked producer. */
-void uvs__space_check(uvs_worker_t* worker, int locked);
-/* Raises queued_max to queued if it is below (atomic max). */
-void uvs__note_max(uvs_worker_t* worker, uint64_t queued);
-/* Tasks queued now in a counting worker. */
-uint64_t uvs__queued_now(uvs_worker_t* worker);
-/* Blocks a producer (no lock held) until room for a task of key, a close
- * (UV_ESHUTDOWN) or the deadline (UV_ETIMEDOUT, on uv_hrtime()); 0: try
- * again. */
-int uvs__wait_room(uvs_worker_t* worker,
-                   uvs__waiter_t* waiter,
-                   uint64_t key,
-                   uint64_t deadline);
-/* A key's oldest task evicted for a new one (DROP_OLDEST, per-key bounds):
- * out of the worker's count and handed back with UV_ENOBUFS. Lock held. */
-void uvs__evicted(uvs_worker_t* worker, uvs_task_t* task);
-/* After tasks left a per-key-bounded worker's queue: key_space_cb owed,
- * blocked producers woken to look again. Lock held. */
-void uvs__keys_space_check(uvs_worker_t* worker);
-/* worker->space_owed: what the loop owes a worker listed on sched->space. */
-#define UVS__OWE_SPACE 1u /* space_cb */
-#define UVS__OWE_KEYS 2u  /* key_space_cb, for the keys its entries list */
-/* Wakes every blocked producer of a closing worker (lock held). */
-void uvs__wake_all(uvs_worker_t* worker);
-/* A worker with metrics keeps its histograms here, allocated at init and
- * freed when its close completes, after its close callback returns. */
-typedef struct uvs__hists_s {
-  uvs_hist_t wait;
-  uvs_hist_t run;
-} uvs__hists_t;
-void uvs__hist_add(uvs_hist_t* h, uint64_t ns);
-
-/* A task of w became ready (queued or due): with metrics, when, in us,
- * kept in its status until it starts. */
-static inline void uvs__mark_ready(const uvs_worker_t* w, uvs_task_t* t) {
-  if (w->hists != NULL || w->max_wait_us != 0)
-    t->status = (int) (uint32_t) (uvs__hrtime_late() / 1000);
-}
-
-/* Has t been ready longer than w's max_wait_ms, at the time a drain would
- * start it? Done-less tasks of the user never are: nothing could tell
- * their owner. Waits are measured in 32 bits of us, which is why a
- * max_wait_ms of 2^31 us or more never sheds. */
-static inline int uvs__stale(const uvs_worker_t* w, const uvs_task_t* t) {
-  uint32_t waited;
-
-  if (w->max_wait_us == 0 || w->max_wait_us == UINT32_MAX ||
-      (t->done_cb == NULL && !(uvs__load_rlx(&t->state) & UVS__T_POST)))
-    return 0;
-  /* Both readings from the tick counter where it is trusted, a few us
-   * late at most (clock.c): a late ready time never makes a wait look
-   * longer than it was. */
-  waited = (uint32_t) (uvs__hrtime_late() / 1000) - (uint32_t) t->status;
-  return waited > w->max_wait_us;
-}
+#include "bound.h"
 
 /* ---- delay.c: delayed tasks -------------------------------------------- */
 /* A delayed task enters, or leaves, the wheel and its worker's delayed

@@ -1,0 +1,84 @@
+/* bound.c's and metrics.c's declarations: bounds, space callbacks, blocked
+ * producers, the queued count, histograms and shedding. Included by
+ * internal.h only, at its place in the layer order. */
+
+/* ---- bound.c and metrics.c ---------------------------------------------- */
+/* Does w count its queued tasks (a bound or metrics)? */
+static inline int uvs__counting(const uvs_worker_t* w) {
+  return w->counting;
+}
+/* A producer blocked in uvs_schedule_wait(), on w->waiters (lock). */
+typedef struct uvs__waiter_s {
+  uvs__queue_t node;
+  uv_cond_t cond;
+  int woken;
+} uvs__waiter_t;
+/* Counts a task into a counting worker: 0, or UV_EAGAIN if it is full and
+ * rejects (DROP_OLDEST evicts instead, taking the lock unless `locked`). */
+int uvs__admit(uvs_worker_t* worker, int locked);
+/* A queued task was taken out other than by the drain (lock held). */
+void uvs__unqueued(uvs_worker_t* worker);
+/* Room was made in a bounded worker: owe space_cb at low_water, wake a
+ * blocked producer. */
+void uvs__space_check(uvs_worker_t* worker, int locked);
+/* Raises queued_max to queued if it is below (atomic max). */
+void uvs__note_max(uvs_worker_t* worker, uint64_t queued);
+/* Tasks queued now in a counting worker. */
+uint64_t uvs__queued_now(uvs_worker_t* worker);
+/* Blocks a producer (no lock held) until room for a task of key, a close
+ * (UV_ESHUTDOWN) or the deadline (UV_ETIMEDOUT, on uv_hrtime()); 0: try
+ * again. */
+int uvs__wait_room(uvs_worker_t* worker,
+                   uvs__waiter_t* waiter,
+                   uint64_t key,
+                   uint64_t deadline);
+/* A key's oldest task evicted for a new one (DROP_OLDEST, per-key bounds):
+ * out of the worker's count and handed back with UV_ENOBUFS. Lock held. */
+void uvs__evicted(uvs_worker_t* worker, uvs_task_t* task);
+/* After tasks left a per-key-bounded worker's queue: key_space_cb owed,
+ * blocked producers woken to look again. Lock held. */
+void uvs__keys_space_check(uvs_worker_t* worker);
+/* worker->space_owed: what the loop owes a worker listed on sched->space. */
+#define UVS__OWE_SPACE 1u /* space_cb */
+#define UVS__OWE_KEYS 2u  /* key_space_cb, for the keys its entries list */
+/* Wakes every blocked producer of a closing worker (lock held). */
+void uvs__wake_all(uvs_worker_t* worker);
+/* A worker with metrics keeps its histograms here, allocated at init and
+ * freed when its close completes, after its close callback returns. */
+typedef struct uvs__hists_s {
+  uvs_hist_t wait;
+  uvs_hist_t run;
+} uvs__hists_t;
+void uvs__hist_add(uvs_hist_t* h, uint64_t ns);
+
+/* A task of w became ready (queued or due): with metrics, when, in us,
+ * kept in its status until it starts. */
+static inline void uvs__mark_ready(const uvs_worker_t* w, uvs_task_t* t) {
+  if (w->hists != NULL || w->max_wait_us != 0)
+    t->status = (int) (uint32_t) (uvs__hrtime_late() / 1000);
+}
+
+struct uvs__chain_s;
+/* A task ready longer than max_wait_ms is shed instead of run (lock
+ * held): handed back with UV_ETIMEDOUT in its place among done, the
+ * batch's hand-backs. */
+void uvs__shed(uvs_sched_t* sched,
+               uvs_worker_t* worker,
+               uvs_task_t* task,
+               struct uvs__chain_s* done);
+/* Has t been ready longer than w's max_wait_ms, at the time a drain would
+ * start it? Done-less tasks of the user never are: nothing could tell
+ * their owner. Waits are measured in 32 bits of us, which is why a
+ * max_wait_ms of 2^31 us or more never sheds. */
+static inline int uvs__stale(const uvs_worker_t* w, const uvs_task_t* t) {
+  uint32_t waited;
+
+  if (w->max_wait_us == 0 || w->max_wait_us == UINT32_MAX ||
+      (t->done_cb == NULL && !(uvs__load_rlx(&t->state) & UVS__T_POST)))
+    return 0;
+  /* Both readings from the tick counter where it is trusted, a few us
+   * late at most (clock.c): a late ready time never makes a wait look
+   * longer than it was. */
+  waited = (uint32_t) (uvs__hrtime_late() / 1000) - (uint32_t) t->status;
+  return waited > w->max_wait_us;
+}

@@ -1,0 +1,28 @@
+/* hazard.c's declarations: the slots and counts that keep a worker alive
+ * under a cancel or a pin. Included by internal.h only, at its place in
+ * the layer order. */
+
+/* ---- hazard.c: what keeps a worker alive under a cancel or a pin ----- */
+typedef struct uvs__hazard_s uvs__hazard_t;
+/* Threads that hold a hazard slot at once. */
+#define UVS__HAZARDS 128
+/* The calling thread's hazard slot, for one cancel; NULL (every slot is
+ * held by a live thread) means a fallback that every close waits for. No
+ * lock needed. */
+uvs__hazard_t* uvs__hazard_enter(void);
+/* Names w as in use; then the caller checks that w is still the task's. */
+void uvs__hazard_protect(uvs__hazard_t* hazard, uvs_worker_t* w);
+void uvs__hazard_leave(uvs__hazard_t* hazard);
+/* Waits until no cancel names w. Every task of w is handed back; no lock
+ * held. */
+void uvs__hazard_wait_cancels(uvs_worker_t* w);
+/* Pins w in the calling thread's slot: 1, or 0 if no slot can be had (the
+ * caller pins with w->inflight instead). The caller then loads w->closed
+ * (seq_cst). Pins of one worker nest. */
+int uvs__hazard_pin(uvs_worker_t* w);
+void uvs__hazard_unpin(void);
+/* The calling thread's slot, 0 to UVS__HAZARDS - 1, or -1 if it has none. */
+int uvs__hazard_index(void);
+/* Waits until no slot pins w; w->closed is stored (seq_cst). No lock
+ * held. */
+void uvs__hazard_wait_pins(uvs_worker_t* w);

@@ -1,0 +1,77 @@
+/* keys.c's declarations: a wide worker's lanes and its key table.
+ * Included by internal.h only, at its place in the layer order. */
+
+/* ---- keys.c: width > 1 and keys --------------------------------------- */
+typedef struct uvs__keys_s uvs__keys_t;
+typedef struct uvs__kent_s uvs__kent_t;
+/* One of a wide worker's drains. */
+typedef struct uvs__lane_s {
+  uv_work_t work;
+  uvs_worker_t* w;
+  uvs_task_t** batch; /* its slots while it runs a batch */
+  unsigned batch_len;
+  int active;  /* posted or running */
+  int seeking; /* posted, and has not picked a task yet */
+  /* Its runs, counted here rather than in the worker's fields, which the
+   * lanes would share (drain.c); written by the lane's drain only. */
+  uint64_t nran;
+  uint64_t nended_run;
+  uvs__kent_t* kent; /* the key entry of the task in its slot */
+} uvs__lane_t;
+/* Everything below needs the scheduler's lock. */
+uvs__keys_t* uvs__keys_new(unsigned width);
+void uvs__keys_attach(uvs_worker_t* w, uvs__keys_t* keys);
+void uvs__keys_free(uvs_worker_t* w);
+uvs__lane_t* uvs__keys_lane(uvs_worker_t* w, unsigned i);
+/* Moves queued tasks to kready or behind their key, until kready holds
+ * enough for the lanes. UV_EAGAIN if it stopped at a push in progress,
+ * UV_ENOMEM if a key's entry can't be had (the rest stays queued for a
+ * later try). */
+int uvs__keys_intake(uvs_worker_t* w);
+/* The next task a lane may start, and its key's entry (NULL: no key). */
+uvs_task_t* uvs__keys_pick(uvs_worker_t* w, uvs__kent_t** ent);
+/* A picked task that did not start goes back: a key's head to the head of
+ * kready, the rest of its key's run to the head of the key's queue. */
+void uvs__keys_unpick(uvs_worker_t* w, uvs_task_t* t);
+/* The next task of a picked head's key, out of its queue, or NULL: no
+ * other lane could start it (guarantee 12 lets a lane batch one key's
+ * run). Only without per-key bounds, which count a task out as it is
+ * picked. */
+uvs_task_t* uvs__keys_next_of(uvs__kent_t* e);
+/* The task of an entry ran or was cancelled: its key's next task joins
+ * kready, or the entry goes. */
+void uvs__keys_release(uvs_worker_t* w, uvs__kent_t* e);
+/* A queued task was taken out (cancel, eviction): releases its key if it
+ * was its key's next. Call before the task is handed back. */
+void uvs__keys_unlinked(uvs_worker_t* w, uvs_task_t* t);
+/* Takes any queued task out (close, eviction), oldest runnable first. */
+uvs_task_t* uvs__keys_take(uvs_worker_t* w);
+int uvs__keys_nonempty(uvs_worker_t* w);
+/* Lanes w wants posted now (guarantee 12): one for each task in kready
+ * that no lane posted and not yet picking will take, as far as the width
+ * leaves room. */
+unsigned uvs__keys_lanes_wanted(uvs_worker_t* w);
+/* A lane was posted to pick a task (+1), or picked or ended (-1). */
+void uvs__keys_seeking(uvs_worker_t* w, int delta);
+/* 0.3, key_max_pending (lock held). Counts t in against its key's bound:
+ * 0, UV_EAGAIN if the key is full and on_full is not DROP_OLDEST (the key
+ * is marked full), UV_ENOMEM; with DROP_OLDEST a full key's oldest queued
+ * task is taken out into *evicted, for the caller to hand back. Tasks
+ * without a key pass. */
+int uvs__keys_admit(uvs_worker_t* w, uvs_task_t* t, uvs_task_t** evicted);
+/* Undoes an admit of t that its caller could not complete. */
+void uvs__keys_unadmit(uvs_worker_t* w, uvs_task_t* t);
+/* Counts t in with no bound (a delayed task falling due): 0 or
+ * UV_ENOMEM. */
+int uvs__keys_reserve(uvs_worker_t* w, uvs_task_t* t);
+/* Files a counted-in task: onto kready, or behind its key. */
+void uvs__keys_file(uvs_worker_t* w, uvs_task_t* t);
+/* Has key as many queued tasks as the bound? */
+int uvs__keys_key_full(uvs_worker_t* w, uint64_t key);
+/* What happened since the last call: room made for some key, and entries
+ * newly owing key_space_cb. */
+#define UVS__KEYS_ROOM 1u
+#define UVS__KEYS_OWED 2u
+unsigned uvs__keys_news(uvs_worker_t* w);
+/* Takes the oldest key owed a key_space_cb: 1 and *key, or 0. */
+int uvs__keys_owed_take(uvs_worker_t* w, uint64_t* key);
