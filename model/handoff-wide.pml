@@ -82,15 +82,15 @@
  *                                  wanted; at the cap, CAS back to
  *                                  SCHEDULED and list again; after a push
  *                                  caught mid-way, want_lanes()
- *   intake(), then `busy`          uvs__keys_intake() in src/keys.c, with
+ *   intake(), then `busy`          uvs__keys_intake() in src/keyq.c, with
  *                                  uvs__inbox_take() in src/inbox.c: stops
  *                                  at an item not linked yet; then the
  *                                  look at the tail (uvs__inbox_nonempty()
  *                                  in src/inbox.c) says UV_EAGAIN
- *   wanted()                       uvs__keys_lanes_wanted() in src/keys.c
+ *   wanted()                       uvs__keys_lanes_wanted() in src/keyq.c
  *   post_lane()                    post_lane() in src/lane.c: the first
  *                                  free lane, seeking
- *                                  (uvs__keys_seeking() in src/keys.c),
+ *                                  (uvs__keys_seeking() in src/keyq.c),
  *                                  lanes_active and drains up, then
  *                                  uv_queue_work
  *   want_lanes()                   want_lanes() in src/lane.c: CAS IDLE
@@ -101,7 +101,7 @@
  *                                  lock, fill() in src/drain.c stops
  *                                  seeking, takes the inbox in and picks
  *                                  one task (uvs__keys_pick() in
- *                                  src/keys.c); it runs it without the
+ *                                  src/keyq.c); it runs it without the
  *                                  lock, and goes on until nothing is
  *                                  left to pick or BUDGET is spent
  *   Loop: lane_done()              lane_work_done() in src/loop.c, its

@@ -250,6 +250,7 @@ int uvs__post_init(uvs_sched_t* sched);
  *   bound.c                  bounds, space callbacks, blocked producers
  *   worker.c delay.c         a worker's queue and its hand-off; delayed
  *   handback.c               lists; the end of custody
+ *   keyq.c                   a wide worker's keyed queue, per-key bounds
  *   keys.c postpool.c wheel.c    key table and lanes; post nodes; wheel
  *   inbox.c hazard.c clock.c alloc.c version.c    leaves
  */

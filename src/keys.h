@@ -1,4 +1,5 @@
-/* keys.c's declarations: a wide worker's lanes and its key table.
+/* keys.c's and keyq.c's declarations: a wide worker's lanes, its key
+ * table and its keyed queue.
  * Included by internal.h only, at its place in the layer order. */
 
 /* ---- keys.c: width > 1 and keys --------------------------------------- */

@@ -1,0 +1,372 @@
+/* A wide worker's keyed queue. Its queued tasks pass from the inbox (and
+ * the FIFO that cancels flush it into) to kready, the list that lanes take
+ * from in order. A task with no key goes there as it is. A task with a key
+ * goes there only if no other task of its key is running or in kready;
+ * otherwise it waits in the queue of its key's entry (keys.c), and joins
+ * the tail of kready when the task before it is done. So tasks of one key
+ * never overlap and start and end in schedule order, and each key gets one
+ * task per turn of kready: a hot key can't starve the others. An entry
+ * exists only while its key has a task in kready or running, or, with
+ * per-key bounds (0.3, key_max_pending), queued or owed a key_space_cb:
+ * such tasks are filed under their keys as they are accepted and counted
+ * there. Intake moves tasks from the inbox only as far as lanes need.
+ * Everything here needs the scheduler's lock.
+ */
+
+#include "keytab.h"
+
+
+/* With key_max_pending, one of e's queued tasks left the queue: room for
+ * a blocked producer, and key_space_cb owed once a full key falls to half
+ * its bound. */
+static void count_out(uvs_worker_t* w, uvs__kent_t* e) {
+  uvs__keys_t* k;
+
+  if (w->key_max == 0)
+    return;
+  k = w->keys;
+  e->queued--;
+  k->news |= UVS__KEYS_ROOM;
+  if (e->full && e->queued <= w->key_max / 2) {
+    e->full = 0;
+    if (w->key_space_cb != NULL && !e->owed && !(w->flags & UVS__WF_CLOSING)) {
+      e->owed = 1;
+      uvs__queue_push(&k->owed, &e->owed_node);
+      k->news |= UVS__KEYS_OWED;
+    }
+  }
+}
+
+
+/* kready, counted: a task in it has tnode.prev pointing at it (tnode is
+ * the timer wheel's link, free while a task is queued; tnode.next holds a
+ * head's key entry), so a cancel that unlinks it knows to count it out,
+ * and intake's window never shrinks under tasks cancelled from it. */
+static void ready_push(uvs_worker_t* w, uvs_task_t* t) {
+  uvs__queue_push(&w->kready, &t->node);
+  t->tnode.prev = &w->kready;
+  w->keys->nready++;
+}
+
+
+static void ready_unshift(uvs_worker_t* w, uvs_task_t* t) {
+  uvs__queue_unshift(&w->kready, &t->node);
+  t->tnode.prev = &w->kready;
+  w->keys->nready++;
+}
+
+
+/* t left kready (lock held): counted out. */
+static void ready_taken(uvs_worker_t* w, uvs_task_t* t) {
+  t->tnode.prev = NULL;
+  w->keys->nready--;
+}
+
+
+/* The task its key runs next. While queued a task's tnode is free (it is
+ * used only in the timer wheel): the head keeps its entry there, so that
+ * a lane finds it without a lookup. */
+static void set_head(uvs__kent_t* e, uvs_task_t* t) {
+  e->head = t;
+  e->taken = 0;
+  t->tnode.next = (uvs__queue_t*) e;
+}
+
+
+int uvs__keys_intake(uvs_worker_t* w) {
+  uvs__keys_t* k;
+  uvs__kent_t* e;
+  uvs_task_t* t;
+
+  k = w->keys;
+  for (;;) {
+    /* Only as far as lanes need to start tasks: the inbox keeps the rest,
+     * whose keys then get no entry yet. With many keys in the queue, the
+     * table stays about INTAKE_AHEAD entries and in cache, instead of one
+     * entry per key queued, each a cache miss to find. */
+    if (k->nready >= INTAKE_AHEAD)
+      return 0;
+    t = uvs__inbox_take(w, 1);
+    if (t == NULL)
+      return uvs__inbox_nonempty(w) ? UV_EAGAIN : 0;
+    if (t->key == 0) {
+      ready_push(w, t);
+      continue;
+    }
+    e = uvs__kt_lookup(k, t->key);
+    if (e != NULL && e->head != NULL) {
+      uvs__queue_push(&e->q, &t->node);
+      continue;
+    }
+    if (e == NULL)
+      e = uvs__kt_new(k, t->key);
+    if (e == NULL) {
+      /* Out of memory: back to the head of the FIFO, for a later try. */
+      uvs__queue_unshift(&w->fifo, &t->node);
+      return UV_ENOMEM;
+    }
+    set_head(e, t);
+    ready_push(w, t);
+  }
+}
+
+
+uvs_task_t* uvs__keys_pick(uvs_worker_t* w, uvs__kent_t** ent) {
+  uvs__queue_t* q;
+  uvs_task_t* t;
+
+  q = uvs__queue_shift(&w->kready);
+  if (q == NULL)
+    return NULL;
+  t = uvs__container_of(q, uvs_task_t, node);
+  ready_taken(w, t);
+  *ent = NULL;
+  if (t->key != 0) {
+    *ent = (uvs__kent_t*) t->tnode.next;
+    (*ent)->taken = 1;
+    count_out(w, *ent);
+  }
+  return t;
+}
+
+
+void uvs__keys_unpick(uvs_worker_t* w, uvs_task_t* t) {
+  uvs__kent_t* e;
+
+  if (t->key != 0) {
+    e = uvs__kt_lookup(w->keys, t->key);
+    if (e->head != t) {
+      uvs__queue_unshift(&e->q, &t->node); /* from a key's run */
+      return;
+    }
+    e->taken = 0;
+    if (w->key_max != 0)
+      e->queued++; /* back in the queue: counted again, bound or not */
+  }
+  ready_unshift(w, t);
+}
+
+
+uvs_task_t* uvs__keys_next_of(uvs__kent_t* e) {
+  uvs__queue_t* q;
+
+  q = uvs__queue_shift(&e->q);
+  return q != NULL ? uvs__container_of(q, uvs_task_t, node) : NULL;
+}
+
+
+void uvs__keys_release(uvs_worker_t* w, uvs__kent_t* e) {
+  uvs__queue_t* q;
+
+  q = uvs__queue_shift(&e->q);
+  if (q == NULL) {
+    e->head = NULL;
+    e->taken = 0;
+    uvs__kt_maybe_del(w->keys, e);
+    return;
+  }
+  set_head(e, uvs__container_of(q, uvs_task_t, node));
+  ready_push(w, e->head);
+}
+
+
+void uvs__keys_unlinked(uvs_worker_t* w, uvs_task_t* t) {
+  uvs__kent_t* e;
+
+  if (t->tnode.prev == &w->kready)
+    ready_taken(w, t); /* a cancel unlinked it from kready */
+  if (t->key == 0)
+    return;
+  /* The key's next task leaves kready. A head a lane took (and the rest
+   * of its key's run) is the lane's to release when its batch ends, even
+   * when a cancel tombstoned it (its link tagged with the slot) or the
+   * same task, scheduled again from its run_cb or done_cb, is what leaves
+   * now from behind it. */
+  e = uvs__kt_lookup(w->keys, t->key);
+  if (e == NULL)
+    return;
+  /* A picked task was counted out when it was picked. */
+  if (!((uintptr_t) t->node.prev & 1) && !(e->head == t && e->taken))
+    count_out(w, e);
+  if (e->head == t && !e->taken)
+    uvs__keys_release(w, e);
+  else
+    uvs__kt_maybe_del(w->keys, e);
+}
+
+
+uvs_task_t* uvs__keys_take(uvs_worker_t* w) {
+  uvs__queue_t* q;
+  uvs_task_t* t;
+  size_t i;
+  uvs__kent_t* e;
+
+  q = uvs__queue_shift(&w->kready);
+  if (q != NULL) {
+    t = uvs__container_of(q, uvs_task_t, node);
+    ready_taken(w, t);
+    uvs__keys_unlinked(w, t);
+    return t;
+  }
+  /* Tasks waiting behind a running one of their key. */
+  for (i = 0; i < w->keys->nbuckets; i++)
+    for (e = w->keys->buckets[i]; e != NULL; e = e->next)
+      if ((q = uvs__queue_shift(&e->q)) != NULL) {
+        count_out(w, e);
+        return uvs__container_of(q, uvs_task_t, node);
+      }
+  return NULL;
+}
+
+
+int uvs__keys_nonempty(uvs_worker_t* w) {
+  return w->keys != NULL && !uvs__queue_empty(&w->kready);
+}
+
+
+unsigned uvs__keys_lanes_wanted(uvs_worker_t* w) {
+  uvs__keys_t* k;
+  uvs__queue_t* q;
+  unsigned room;
+  unsigned n;
+
+  k = w->keys;
+  room = w->width - w->lanes_active;
+  n = 0;
+  for (q = w->kready.next; q != &w->kready && n < room + k->seeking;
+       q = q->next)
+    n++;
+  return n > k->seeking ? n - k->seeking : 0;
+}
+
+
+void uvs__keys_seeking(uvs_worker_t* w, int delta) {
+  w->keys->seeking += (unsigned) delta;
+}
+
+
+/* The key's oldest queued task, taken out and counted out, or NULL. */
+static uvs_task_t* take_key_oldest(uvs_worker_t* w, uvs__kent_t* e) {
+  uvs__queue_t* q;
+  uvs_task_t* t;
+
+  if (e->head != NULL && !e->taken) {
+    t = e->head;
+    uvs__queue_remove(&t->node);
+    ready_taken(w, t);
+    count_out(w, e);
+    uvs__keys_release(w, e);
+    return t;
+  }
+  q = uvs__queue_shift(&e->q);
+  if (q == NULL)
+    return NULL;
+  count_out(w, e);
+  return uvs__container_of(q, uvs_task_t, node);
+}
+
+
+int uvs__keys_admit(uvs_worker_t* w, uvs_task_t* t, uvs_task_t** evicted) {
+  uvs__keys_t* k;
+  uvs__kent_t* e;
+
+  *evicted = NULL;
+  if (t->key == 0)
+    return 0;
+  k = w->keys;
+  e = uvs__kt_lookup(k, t->key);
+  if (e == NULL) {
+    e = uvs__kt_new(k, t->key);
+    if (e == NULL)
+      return UV_ENOMEM;
+  }
+  if (e->queued >= w->key_max) {
+    e->full = 1;
+    if (w->on_full != UVS_FULL_DROP_OLDEST)
+      return UV_EAGAIN;
+    /* The new task counts in first: the count never dips on the way, so
+     * an eviction owes no key_space_cb. */
+    e->queued++;
+    *evicted = take_key_oldest(w, e);
+    return 0;
+  }
+  e->queued++;
+  return 0;
+}
+
+
+void uvs__keys_unadmit(uvs_worker_t* w, uvs_task_t* t) {
+  uvs__kent_t* e;
+
+  if (t->key == 0)
+    return;
+  e = uvs__kt_lookup(w->keys, t->key);
+  e->queued--;
+  uvs__kt_maybe_del(w->keys, e);
+}
+
+
+int uvs__keys_reserve(uvs_worker_t* w, uvs_task_t* t) {
+  uvs__kent_t* e;
+
+  if (t->key == 0)
+    return 0;
+  e = uvs__kt_lookup(w->keys, t->key);
+  if (e == NULL) {
+    e = uvs__kt_new(w->keys, t->key);
+    if (e == NULL)
+      return UV_ENOMEM;
+  }
+  e->queued++;
+  return 0;
+}
+
+
+void uvs__keys_file(uvs_worker_t* w, uvs_task_t* t) {
+  uvs__kent_t* e;
+
+  if (t->key != 0) {
+    e = uvs__kt_lookup(w->keys, t->key);
+    if (e->head != NULL) {
+      uvs__queue_push(&e->q, &t->node);
+      return;
+    }
+    set_head(e, t);
+  }
+  ready_push(w, t);
+}
+
+
+int uvs__keys_key_full(uvs_worker_t* w, uint64_t key) {
+  uvs__kent_t* e;
+
+  if (w->key_max == 0 || key == 0)
+    return 0;
+  e = uvs__kt_lookup(w->keys, key);
+  return e != NULL && e->queued >= w->key_max;
+}
+
+
+unsigned uvs__keys_news(uvs_worker_t* w) {
+  unsigned news;
+
+  if (w->keys == NULL)
+    return 0;
+  news = w->keys->news;
+  w->keys->news = 0;
+  return news;
+}
+
+
+int uvs__keys_owed_take(uvs_worker_t* w, uint64_t* key) {
+  uvs__queue_t* q;
+  uvs__kent_t* e;
+
+  if (w->keys == NULL || (q = uvs__queue_shift(&w->keys->owed)) == NULL)
+    return 0;
+  e = uvs__container_of(q, uvs__kent_t, owed_node);
+  e->owed = 0;
+  *key = e->key;
+  uvs__kt_maybe_del(w->keys, e);
+  return 1;
+}

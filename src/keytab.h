@@ -1,0 +1,71 @@
+/* The key table of a wide worker, shared by keys.c (the table: entries by
+ * exact key, in the worker's block, growing past it) and keyq.c (the
+ * keyed queue: kready, the tasks behind each key, per-key bounds). Private
+ * to those two files. Everything here needs the scheduler's lock. */
+
+#ifndef UVS_KEYTAB_H
+#define UVS_KEYTAB_H
+
+#include "internal.h"
+
+#define KCHUNK 64
+/* Intake stops once kready holds this many tasks (uvs__keys_intake). */
+#define INTAKE_AHEAD 48
+/* The most entries that exist at once, for a worker of width n. An entry's
+ * head is in kready or picked by a lane. Intake adds an entry only while
+ * kready holds fewer than INTAKE_AHEAD tasks (nready), so at most that many
+ * heads are in kready when it does.
+ * Picked tasks: one in each lane, which takes one task at a time. */
+#define KEYS_ACTIVE(n) ((size_t) INTAKE_AHEAD + (n))
+
+struct uvs__kent_s {
+  struct uvs__kent_s* next; /* hash chain, or free list */
+  uint64_t key;
+  uvs_task_t* head; /* in kready or running; NULL only with key_max */
+  int taken;        /* head is in a lane (picked), not in kready */
+  uvs__queue_t q;   /* the key's tasks behind head, through their node */
+  /* 0.3, key_max_pending: the key's tasks queued and not started, and
+   * whether a schedule found it full (key_space_cb owed at key_max / 2)
+   * and whether that callback is owed now (on owed, through owed_node). */
+  size_t queued;
+  int full;
+  int owed;
+  uvs__queue_t owed_node;
+};
+
+typedef struct kchunk_s {
+  struct kchunk_s* next;
+  uvs__kent_t ent[KCHUNK];
+} kchunk_t;
+
+struct uvs__keys_s {
+  uvs__kent_t** buckets;
+  size_t nbuckets;
+  unsigned shift;   /* 64 - log2(nbuckets): the hash's top bits index it */
+  size_t count;     /* entries in the table */
+  size_t nready;    /* tasks in kready */
+  unsigned seeking; /* lanes posted that have not picked a task yet */
+  /* 0.3, key_max_pending: entries owing key_space_cb, oldest first, and
+   * what happened since the last uvs__keys_news(). */
+  uvs__queue_t owed;
+  unsigned news;
+  uvs__kent_t* free;
+  kchunk_t* extra; /* fallback chunks, freed when no key is active */
+  /* In the same block, after the lanes: */
+  uvs__kent_t* first;  /* nfirst entries, KEYS_ACTIVE(width) */
+  uvs__kent_t** small; /* nsmall buckets, the table's size at rest */
+  size_t nfirst;
+  size_t nsmall;
+  unsigned shift_small;
+  uvs__lane_t lanes[];
+};
+
+/* The entry of key, or NULL. */
+uvs__kent_t* uvs__kt_lookup(uvs__keys_t* k, uint64_t key);
+/* A new entry for key, empty; NULL without memory. */
+uvs__kent_t* uvs__kt_new(uvs__keys_t* k, uint64_t key);
+/* Deletes an entry that holds nothing and owes nothing: idle keys cost
+ * no memory. */
+void uvs__kt_maybe_del(uvs__keys_t* k, uvs__kent_t* e);
+
+#endif /* UVS_KEYTAB_H */
