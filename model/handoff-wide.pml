@@ -27,13 +27,13 @@
  * consistent interleavings; the operations that decide the hand-off are
  * seq_cst in the C code (the exchange on the tail, the producer's loads
  * of lanes_active and state and its CAS; the store of IDLE, the look at
- * the tail and the CAS in serve_wide() and want_lanes(); the store that
- * frees a lane and the look at the tail in lane_work_done()). The link
+ * the tail and the CAS in uvs__serve_wide() and want_lanes(); the store that
+ * frees a lane and the look at the tail in uvs__lane_ended()). The link
  * is not: it is a release store, and C11 lets another thread see it after
  * the producer's seq_cst loads and CAS that follow it. So a producer here
  * links right after its exchange, or after its loads, or after its CAS
  * (at the latest: a producer that won the CAS then takes the lock, which
- * publishes the link). Without that, no run needs serve_wide() to list
+ * publishes the link). Without that, no run needs uvs__serve_wide() to list
  * the worker again after a push caught mid-way, and -DBROKEN_NO_RELIST
  * passes. post_lane() raises lanes_active with a release store: a
  * producer that misses it only lists the worker once more. What a holder
@@ -382,7 +382,7 @@ end:
   :: atomic {
        phase == P_READY && drains < CAP && lock == 0 ->
        lock = 1;
-       /* serve_wide(): off the list, then IDLE (seq_cst) */
+       /* uvs__serve_wide(): off the list, then IDLE (seq_cst) */
        assert(state == W_SCHEDULED);
        phase = P_IDLE;
        state = W_IDLE

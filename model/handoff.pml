@@ -69,8 +69,8 @@
  *                                  in src/timer.c, which calls
  *                                  uvs__worker_push(requeue = 1) with the
  *                                  lock held (also
- *                                  uvs__worker_close_locked() in
- *                                  src/worker.c, UVS_DRAIN)
+ *                                  close_locked() in src/close.c,
+ *                                  UVS_DRAIN)
  */
 
 #ifndef NPROD
