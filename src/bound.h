@@ -55,7 +55,7 @@ void uvs__hist_add(uvs_hist_t* h, uint64_t ns);
  * kept in its status until it starts. */
 static inline void uvs__mark_ready(const uvs_worker_t* w, uvs_task_t* t) {
   if (w->hists != NULL || w->max_wait_us != 0)
-    t->status = (int) (uint32_t) (uv_hrtime() / 1000);
+    t->status = (int) (uint32_t) (uvs__hrtime_late() / 1000);
 }
 
 struct uvs__chain_s;
@@ -76,6 +76,9 @@ static inline int uvs__stale(const uvs_worker_t* w, const uvs_task_t* t) {
   if (w->max_wait_us == 0 || w->max_wait_us == UINT32_MAX ||
       (t->done_cb == NULL && !(uvs__load_rlx(&t->state) & UVS__T_POST)))
     return 0;
-  waited = (uint32_t) (uv_hrtime() / 1000) - (uint32_t) t->status;
+  /* Both readings from the tick counter where it is trusted, a few us
+   * late at most (clock.c): a late ready time never makes a wait look
+   * longer than it was. */
+  waited = (uint32_t) (uvs__hrtime_late() / 1000) - (uint32_t) t->status;
   return waited > w->max_wait_us;
 }

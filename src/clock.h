@@ -1,5 +1,5 @@
-/* clock.c's declarations: the CPU's tick counter, and the time slices of
- * drains and loop turns, for which it says when to read the real clock.
+/* clock.c's declarations: the CPU's tick counter and what it is trusted
+ * to tell, and the time slices of drains and loop turns that it times.
  * Included by internal.h only, at its place in the layer order. */
 
 /* ---- clock.c: the CPU's tick counter ---------------------------------- */
@@ -21,6 +21,10 @@ static inline uint64_t uvs__ticks(void) {
 extern uint64_t uvs__clock_per_ms;
 /* Takes a reading of both clocks towards the rate (any thread). */
 void uvs__clock_learn(void);
+/* A time on the uv_hrtime() clock that is not earlier than the real time
+ * at the call, and at most a few us later: from the counter where it is
+ * trusted, else uv_hrtime() (any thread). */
+uint64_t uvs__hrtime_late(void);
 
 /* With the default budget a drain or loop turn yields after a time slice
  * rather than a count: a round trip through the loop to post the next drain

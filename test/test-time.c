@@ -502,11 +502,64 @@ TEST_IMPL(periodic_first_run_after_delay) {
 }
 
 
-/* The CPU's tick counter learns its rate from readings at least 20 ms
- * apart (src/clock.c) and from then on tells drains when to look at the
- * clock; no call time comes from it. The tests above end sooner: this one
- * runs long enough for the counter to be learnt, and checks again that
- * nothing runs early. */
+/* uvs_schedule_after() takes its call time from the CPU's tick counter
+ * once the counter's rate is learnt, from readings at least 20 ms apart
+ * (src/clock.c). The tests above end sooner: these run long enough for the
+ * estimates. Where the counter is not trusted, they check uv_hrtime(). */
+uint64_t uvs__hrtime_late(void);
+
+typedef struct {
+  uint64_t calls;
+  uint64_t early; /* estimates before a uv_hrtime() read before the call */
+  uint64_t worst; /* ns an estimate was past a uv_hrtime() read after */
+} clock_check_t;
+
+
+static void clock_check_thread(void* arg) {
+  clock_check_t* c;
+  uint64_t end;
+  uint64_t a;
+  uint64_t e;
+  uint64_t b;
+
+  c = arg;
+  end = uv_hrtime() + 120 * 1000000u;
+  do {
+    a = uv_hrtime();
+    e = uvs__hrtime_late();
+    b = uv_hrtime();
+    if (e < a)
+      c->early++;
+    else if (e > b && e - b > c->worst)
+      c->worst = e - b;
+    /* Now and then a gap, so that bases age past a ms and threads move
+     * between cores. */
+    if (++c->calls % 4096 == 0)
+      test_spin_us(c->calls % 3 * 700);
+  } while (b < end);
+}
+
+
+TEST_IMPL(time_call_clock_not_early) {
+  clock_check_t checks[2];
+  uv_thread_t other;
+  int i;
+
+  memset(checks, 0, sizeof(checks));
+  ASSERT_OK(uv_thread_create(&other, clock_check_thread, &checks[1]));
+  clock_check_thread(&checks[0]);
+  ASSERT_OK(uv_thread_join(&other));
+  for (i = 0; i < 2; i++) {
+    ASSERT_UINT64_GT(checks[i].calls, 1000);
+    ASSERT_UINT64_EQ(checks[i].early, 0);
+    /* At most a few us late by design; 5 ms allows for a preempted
+     * thread between the estimate and the reading after it. */
+    ASSERT_UINT64_LT(checks[i].worst, 5000000);
+  }
+  return 0;
+}
+
+
 static void warm_done_cb(uvs_task_t* task, int status) {
   ASSERT_EQ(status, UV_ECANCELED);
   (*(int*) task->data)++;
@@ -519,8 +572,8 @@ TEST_IMPL(time_after_not_early_learnt_clock) {
   int handed_back;
   int cancels;
 
-  /* Schedules and cancels for 40 ms, so that the counter's rate is
-   * learnt; then the same checks as above. */
+  /* Schedules and cancels for 40 ms, so that the clock learns its rate by
+   * the path under test; then the same checks as above. */
   setup(NULL);
   ASSERT_OK(uvs_task_init(&warm, timed_run_cb, warm_done_cb));
   warm.data = &handed_back;
