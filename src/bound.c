@@ -11,6 +11,8 @@
 
 #include "internal.h"
 
+#include <sched.h>
+
 
 uint64_t uvs__queued_now(uvs_worker_t* w) {
   uint64_t in;
@@ -36,6 +38,24 @@ void uvs__note_max(uvs_worker_t* w, uint64_t queued) {
 }
 
 
+/* The oldest task in w's FIFO or inbox (lock held), or NULL. Every task
+ * counted in w may be behind a producer that has not linked its own yet:
+ * only then does this wait for it, since the count needs one out for the
+ * one that comes in. */
+static uvs_task_t* take_queued(uvs_worker_t* w) {
+  uvs_task_t* t;
+  int busy;
+
+  for (;;) {
+    busy = uvs__inbox_flush(w);
+    t = uvs__inbox_take(w, 1);
+    if (t != NULL || !busy)
+      return t;
+    sched_yield();
+  }
+}
+
+
 /* Takes the oldest queued task out of w (lock held), or NULL. A drain's
  * batch holds the oldest: its first slot not yet taken. */
 static uvs_task_t* take_oldest(uvs_worker_t* w) {
@@ -48,16 +68,14 @@ static uvs_task_t* take_oldest(uvs_worker_t* w) {
     t = uvs__keys_take(w);
     if (t != NULL)
       return t;
-    uvs__inbox_flush(w);
-    return uvs__inbox_take(w, 1);
+    return take_queued(w);
   }
   for (i = 0; i < w->batch_len; i++) {
     t = uvs__slot_steal(&w->batch[i]);
     if (t != NULL)
       return t;
   }
-  uvs__inbox_flush(w);
-  return uvs__inbox_take(w, 1);
+  return take_queued(w);
 }
 
 

@@ -20,8 +20,9 @@ static uvs_task_t** batch_slot_of(const uvs_task_t* t) {
 }
 
 
-/* Cancels a queued or delayed task (lock held): 0, or UV_EBUSY if a drain
- * already took it. */
+/* Cancels a queued or delayed task (lock held): 0, UV_EBUSY if a drain
+ * already took it, or UV_EAGAIN if its producer has not linked it yet: the
+ * caller lets the lock go and tries again. */
 static int cancel_locked(uvs_sched_t* s, uvs_task_t* t) {
   uvs_task_t** slot;
   uvs_task_t* expected;
@@ -36,13 +37,12 @@ static int cancel_locked(uvs_sched_t* s, uvs_task_t* t) {
 
   /* Queued: after the flush it is in the FIFO, or in a drain's batch with
    * its slot tagged in node.prev; prev is NULL while a producer that has
-   * published the task is still pushing it, a few instructions away. */
-  for (;;) {
-    uvs__inbox_flush(t->worker);
-    if (t->node.prev != NULL)
-      break;
-    sched_yield();
-  }
+   * published the task is still pushing it, a few instructions away, or
+   * one that pushed before it is. Waiting for it here would hold up every
+   * drain. */
+  uvs__inbox_flush(t->worker);
+  if (t->node.prev == NULL)
+    return UV_EAGAIN;
   slot = batch_slot_of(t);
   if (slot == NULL) {
     uvs__queue_remove(&t->node);
@@ -126,10 +126,16 @@ static int cancel(uvs_task_t* t, uvs__hazard_t* hz) {
   unsigned st;
   int err;
 
-  err = lock_custody(t, hz, &s, &st);
-  if (err != 0)
-    return err;
-  err = cancel_locked(s, t);
+  for (;;) {
+    err = lock_custody(t, hz, &s, &st);
+    if (err != 0)
+      return err;
+    err = cancel_locked(s, t);
+    if (err != UV_EAGAIN)
+      break;
+    uv_mutex_unlock(&s->lock);
+    sched_yield(); /* let the producer link it */
+  }
   if (err == UV_EBUSY && (st & UVS__T_PERIODIC)) {
     /* Running: the run finishing hands it back instead of re-arming it. */
     if (!(st & UVS__T_CANCELLED)) {

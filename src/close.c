@@ -51,7 +51,10 @@ static void cancel_inbox(uvs_worker_t* w) {
 /* The one sweep: hands back everything w holds queued, oldest first, and
  * tombstones the slots its drains have not taken (lock held). A close with
  * UVS_CANCEL sweeps as it starts, the loop again for tasks that arrived
- * from callers that got in before the close (uvs__finish_closes). */
+ * from callers that got in before the close (uvs__finish_closes). A task
+ * whose producer has not linked it yet is one of those: the flush leaves
+ * it, and a later sweep, at the latest the one after shut_door() has waited
+ * for the callers, takes it. */
 static void sweep(uvs_worker_t* w) {
   uvs_sched_t* s;
   uvs_task_t* t;

@@ -7,7 +7,10 @@
  * batch, a cancel, or a close. A cancel can't take a task out of the middle
  * of a singly-linked inbox, so it first flushes the inbox into the FIFO, a
  * doubly-linked list; each task is flushed at most once, so that costs O(1)
- * per task over its life.
+ * per task over its life. Nobody waits under the lock for a producer
+ * between its two steps: a flush stops there and says so, and the caller
+ * looks again later (a cancel after letting the lock go, a close at its
+ * next sweep).
  */
 
 #include "internal.h"
@@ -88,22 +91,16 @@ static uvs__queue_t* pop(uvs_worker_t* w, int* busy, int last) {
 }
 
 
-void uvs__inbox_flush(uvs_worker_t* w) {
+int uvs__inbox_flush(uvs_worker_t* w) {
   uvs__queue_t* n;
   int busy;
 
   for (;;) {
     n = pop(w, &busy, 1);
-    if (n != NULL) {
-      w->nsched++;
-      uvs__queue_push(&w->fifo, n);
-      continue;
-    }
-    if (!busy)
-      return;
-    /* A producer is between its two steps; it finishes in a few
-     * instructions unless preempted. */
-    sched_yield();
+    if (n == NULL)
+      return busy;
+    w->nsched++;
+    uvs__queue_push(&w->fifo, n);
   }
 }
 

@@ -94,8 +94,11 @@ int uvs__inbox_nonempty(uvs_worker_t* worker);
  * held): 1 if one came, 0 if the time ran out or w or its scheduler began
  * closing. */
 int uvs__inbox_await(uvs_worker_t* w, uvs__queue_t* tail, unsigned us);
-/* Lock held: moves everything pushed so far to the FIFO's tail. */
-void uvs__inbox_flush(uvs_worker_t* worker);
+/* Lock held: moves what producers have linked to the FIFO's tail, without
+ * waiting. Returns 1 if it stopped at a producer that has swapped itself in
+ * as the tail but not linked yet (it and those behind it stay in the
+ * inbox), else 0. */
+int uvs__inbox_flush(uvs_worker_t* worker);
 /* Lock held: the oldest queued task, or NULL. With last = 0 it leaves the
  * inbox's newest task where it is: taking it means swapping the tail that
  * producers are swapping too, which a drain that has other tasks to run can

@@ -1,5 +1,8 @@
 #include "task.h"
 
+#include "helpers.h"
+#include "internal.h"
+
 #include <stdatomic.h>
 
 typedef struct {
@@ -703,5 +706,102 @@ TEST_IMPL(cancel_finished_busy_pool) {
 
 TEST_IMPL(cancel_finished_busy_loop) {
   finished_awaiting_done(UVS_LOOP);
+  return 0;
+}
+
+
+/* A cancel of a task behind a producer that has swapped itself in as the
+ * inbox's tail but not linked yet waits for that producer without the
+ * scheduler's lock: another worker's drain, which needs the lock for each
+ * batch, goes on meanwhile. The preempted producer is played by hand: one
+ * exchange of the tail with a node of our own, then, to resume it, the
+ * link that skips that node. Holding the lock while waiting, as the cancel
+ * once did, stops the chain below and the test fails at its deadline (or
+ * hangs in uv_run until meson's timeout). */
+#define CHAIN 50
+
+static uvs_worker_t chain_worker;
+static uvs_task_t chain[CHAIN];
+static atomic_int chain_ran;
+static atomic_int unlinked_cancel_rc;
+static atomic_int unlinked_cancel_returned;
+static atomic_int unlinked_done_calls;
+static uv_sem_t unlinked_cancelling;
+static uvs_task_t unlinked;
+static int unlinked_status;
+
+
+static void chain_run(uvs_task_t* task) {
+  int i;
+
+  i = (int) (task - chain);
+  uv_sleep(1); /* work long enough that the cancel is waiting by now */
+  atomic_fetch_add(&chain_ran, 1);
+  if (i + 1 < CHAIN)
+    ASSERT_OK(uvs_schedule(&chain_worker, &chain[i + 1]));
+}
+
+
+static void unlinked_run(uvs_task_t* task) {
+  (void) task;
+  ASSERT(0 && "a cancelled task ran");
+}
+
+
+static void unlinked_done(uvs_task_t* task, int status) {
+  (void) task;
+  unlinked_status = status;
+  atomic_fetch_add(&unlinked_done_calls, 1);
+}
+
+
+static void unlinked_canceller(void* arg) {
+  (void) arg;
+  uv_sem_post(&unlinked_cancelling);
+  atomic_store(&unlinked_cancel_rc, uvs_task_cancel(&unlinked));
+  atomic_store(&unlinked_cancel_returned, 1);
+}
+
+
+TEST_IMPL(cancel_waits_for_producer_without_lock) {
+  uvs__queue_t fake;
+  uvs__queue_t* prev;
+  uv_thread_t thread;
+  int i;
+
+  loop_thread = uv_thread_self();
+  ASSERT_OK(uv_loop_init(&loop));
+  ASSERT_OK(uvs_sched_init(&loop, &sched, NULL));
+  ASSERT_OK(uvs_worker_init(&sched, &worker, UVS_LOOP));
+  ASSERT_OK(uvs_worker_init(&sched, &chain_worker, UVS_POOL));
+  ASSERT_OK(uv_sem_init(&unlinked_cancelling, 0));
+  for (i = 0; i < CHAIN; i++)
+    ASSERT_OK(uvs_task_init(&chain[i], chain_run, NULL));
+  ASSERT_OK(uvs_task_init(&unlinked, unlinked_run, unlinked_done));
+
+  /* A producer swaps in its node and is preempted before linking it; the
+   * task scheduled next links itself behind that node. */
+  fake.next = NULL;
+  prev = __atomic_exchange_n(&worker.inbox_tail, &fake, __ATOMIC_SEQ_CST);
+  ASSERT_OK(uvs_schedule(&worker, &unlinked));
+  ASSERT_PTR_EQ(fake.next, &unlinked.node);
+
+  ASSERT_OK(uv_thread_create(&thread, unlinked_canceller, NULL));
+  uv_sem_wait(&unlinked_cancelling);
+  ASSERT_OK(uvs_schedule(&chain_worker, &chain[0]));
+  TEST_RUN_UNTIL(&loop, atomic_load(&chain_ran) == CHAIN);
+  /* All that time the cancel waited for the link. */
+  ASSERT_EQ(atomic_load(&unlinked_cancel_returned), 0);
+
+  /* The producer runs again and links its node: here, past ours. */
+  __atomic_store_n(&prev->next, &unlinked.node, __ATOMIC_RELEASE);
+  ASSERT_OK(uv_thread_join(&thread));
+  ASSERT_OK(atomic_load(&unlinked_cancel_rc));
+  TEST_RUN_UNTIL(&loop, atomic_load(&unlinked_done_calls) == 1);
+  ASSERT_ERR(unlinked_status, UV_ECANCELED);
+  test_settle(&loop);
+  ASSERT_EQ(atomic_load(&unlinked_done_calls), 1);
+  uv_sem_destroy(&unlinked_cancelling);
+  TEST_CLOSE_SCHED_AND_LOOP(&loop, &sched, UVS_CANCEL);
   return 0;
 }

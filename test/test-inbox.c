@@ -77,7 +77,7 @@ TEST_IMPL(inbox_flush_to_fifo) {
   for (i = 0; i < 5; i++) push(&it[i]);
   /* A cancel flushes the inbox into the FIFO, where tasks can be
    * unlinked from the middle; takes see the FIFO first, in order. */
-  uvs__inbox_flush(&worker);
+  ASSERT_EQ(uvs__inbox_flush(&worker), 0);
   ASSERT_EQ(uvs__inbox_count(&worker), 0);
   ASSERT(uvs__inbox_nonempty(&worker));
   uvs__queue_remove(&it[2].task.node);
@@ -85,6 +85,44 @@ TEST_IMPL(inbox_flush_to_fifo) {
   ASSERT_PTR_EQ(take(0), &it[1]);
   ASSERT_PTR_EQ(take(0), &it[3]);
   ASSERT_PTR_EQ(take(0), &it[4]);
+  ASSERT_NULL(take(1));
+  ASSERT(!uvs__inbox_nonempty(&worker));
+  return 0;
+}
+
+
+/* A flush stops at a producer that has swapped itself in as the tail but
+ * not linked yet, says so, and leaves it and what is behind it for later:
+ * it does not wait for it (a cancel or close holding the lock would hold up
+ * every drain behind a preempted producer). */
+TEST_IMPL(inbox_flush_stops_at_unlinked_push) {
+  item_t it[4];
+  uvs__queue_t* prev;
+
+  memset(&worker, 0, sizeof(worker));
+  uvs__inbox_init(&worker);
+  push(&it[0]);
+  push(&it[1]);
+  /* it[2]'s producer: the exchange, and not the link. */
+  it[2].task.node.prev = NULL;
+  it[2].task.node.next = NULL;
+  prev = __atomic_exchange_n(&worker.inbox_tail, &it[2].task.node,
+                             __ATOMIC_SEQ_CST);
+  push(&it[3]);
+  /* it[1] stays too: a node leaves the inbox once the next is linked to
+   * it, or by swapping the stub in at the tail, which it is not. */
+  ASSERT_EQ(uvs__inbox_flush(&worker), 1);
+  ASSERT_PTR_EQ(take(1), &it[0]);
+  ASSERT_NULL(take(1));
+  ASSERT_NULL(it[1].task.node.prev);
+  ASSERT_NULL(it[3].task.node.prev);
+  ASSERT(uvs__inbox_nonempty(&worker));
+
+  __atomic_store_n(&prev->next, &it[2].task.node, __ATOMIC_RELEASE);
+  ASSERT_EQ(uvs__inbox_flush(&worker), 0);
+  ASSERT_PTR_EQ(take(1), &it[1]);
+  ASSERT_PTR_EQ(take(1), &it[2]);
+  ASSERT_PTR_EQ(take(1), &it[3]);
   ASSERT_NULL(take(1));
   ASSERT(!uvs__inbox_nonempty(&worker));
   return 0;
