@@ -18,7 +18,15 @@ of src/*.c and src/*.h, roughly:
   and then brings in every code of that function, transitively.
 
 Calls into libuv are not followed: a code that comes only from libuv is
-listed in LIBUV below for the functions that pass it on.
+listed in LIBUV below for the functions that pass it on. The walk does not
+follow constant arguments either: a code that the call graph reaches but
+the function's own arguments rule out is listed in NOT_REACHED, with the
+reason (for example uvs_schedule_after, which shares schedule() with
+uvs_schedule but never takes its UV_EAGAIN path).
+
+A :returns: field may name another function's codes with "as
+:c:func:`other`" or "what :c:func:`other` returns"; "never returns
+``UV_E...``" names a code the call does not return.
 
 It prints every code a page lists that the code cannot return, and every
 code the code can return that the page omits, and exits 1 if there is any.
