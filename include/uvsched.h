@@ -68,7 +68,7 @@ typedef struct uvs_sched_options_s {
 typedef struct uvs_stats_s {
   uint64_t scheduled; /* schedules accepted */
   uint64_t ran;       /* run_cb calls */
-  uint64_t cancelled; /* tasks handed back with UV_ECANCELED */
+  uint64_t cancelled; /* handed back unrun: every non-zero status */
   uint64_t pending;   /* accepted and not yet handed back */
   uint64_t drains;    /* drains posted with uv_queue_work */
   uint64_t wakeups;   /* uv_async callbacks that found work */
@@ -158,7 +158,8 @@ struct uvs_sched_s {
 UVS_EXTERN unsigned uvs_version(void);
 UVS_EXTERN const char* uvs_version_string(void);
 
-/* Scheduler: init and close on the loop thread only. */
+/* Scheduler: init and close on the loop thread only; uvs_now and
+ * uvs_sched_stats on any thread. */
 UVS_EXTERN int uvs_sched_init(uv_loop_t* loop,
                               uvs_sched_t* sched,
                               const uvs_sched_options_t* options);
@@ -201,8 +202,9 @@ UVS_EXTERN int uvs_worker_init_ex(uvs_sched_t* sched,
 /* Any thread. */
 UVS_EXTERN int uvs_worker_metrics(const uvs_worker_t* worker,
                                   uvs_worker_metrics_t* out);
-/* Any thread; blocks only a thread that is neither the loop's nor one of
- * the pool's running this scheduler's tasks, at most timeout_ms. */
+/* Any thread; blocks only a thread that is neither the loop's nor a pool
+ * thread that ever ran a drain of any uvsched scheduler, for at least
+ * timeout_ms unless room comes or a close begins. */
 UVS_EXTERN int uvs_schedule_wait(uvs_worker_t* worker,
                                  uvs_task_t* task,
                                  uint64_t timeout_ms);
