@@ -1,6 +1,6 @@
 /* A line server with backpressure at every step.
  *
- *   backpressure [--keyed] PORT SECONDS
+ *   backpressure [--keyed] PORT SECONDS [IDLE_MS]
  *
  * Each line a client sends is upper-cased on libuv's pool and sent back,
  * in order. A connection whose queue is full stops reading until it has
@@ -8,7 +8,13 @@
  * keyed by connection, bounded per key; without it, each connection has a
  * bounded worker of its own. Beside the server, a producer thread feeds a
  * log through uvs_schedule_wait (UVS_FULL_BLOCK), and a sampler keeps only
- * the newest samples (UVS_FULL_DROP_OLDEST). It stops after SECONDS. */
+ * the newest samples (UVS_FULL_DROP_OLDEST). It stops after SECONDS.
+ *
+ * Limits, for clients that misbehave: at most MAX_CONNS connections (more
+ * are closed as they come); a connection that sends nothing for IDLE_MS
+ * (default 10 s) while the server waits for it is closed; one that does
+ * not read its answers is closed once WRITE_MAX bytes of them wait in its
+ * socket's queue; a line longer than LINE_MAX_LEN is cut there. */
 
 #include <ctype.h>
 #include <signal.h>
@@ -19,6 +25,8 @@
 
 #define QUEUE_MAX 8 /* lines queued per connection (or per key) */
 #define LINE_MAX_LEN 256
+#define MAX_CONNS 256
+#define WRITE_MAX (64 * 1024)
 
 typedef struct conn_s conn_t;
 
@@ -32,14 +40,16 @@ typedef struct {
 
 struct conn_s {
   uv_tcp_t tcp;
+  uv_timer_t idle;     /* closes it after idle_ms without a byte */
+  int handles;         /* of tcp and idle, not closed yet */
   uvs_worker_t worker; /* without --keyed: this connection's own */
   uint64_t key;        /* with --keyed: this connection's key */
   conn_t* next;        /* every open connection */
   req_t* kept;         /* a line its full queue refused */
   char* rest;          /* bytes read after the kept line, not parsed yet */
   size_t rest_len;
-  req_t* line;         /* the line being read */
-  unsigned tasks;      /* its lines in the library's custody */
+  req_t* line;    /* the line being read */
+  unsigned tasks; /* its lines in the library's custody */
   int closing;
 };
 
@@ -50,9 +60,12 @@ static uvs_worker_t wide; /* with --keyed */
 static uv_tcp_t server;
 static conn_t* conns;
 static uint64_t next_key = 1; /* 0 means "no key" */
+static unsigned nconns;
+static uint64_t idle_ms = 10000;
 
 static void conn_close(conn_t* c);
 static int conn_feed(conn_t* c, const char* p, size_t n);
+static void on_read(uv_stream_t* s, ssize_t n, const uv_buf_t* buf);
 
 /* ---- the work, on a pool thread ---- */
 
@@ -81,6 +94,8 @@ static void line_done(uvs_task_t* task, int status) {
       r = NULL; /* write_done frees it */
   }
   free(r); /* cancelled (UV_ECANCELED), or not written */
+  if (!c->closing && c->tcp.write_queue_size > WRITE_MAX)
+    conn_close(c); /* it does not read what it asked for */
   /* --keyed: the connection's handle closes after its last line. */
   if (keyed && c->closing && c->tasks == 0)
     conn_close(c);
@@ -106,6 +121,7 @@ static int conn_schedule(conn_t* c, req_t* r) {
   } else if (rc == UV_EAGAIN) {
     c->kept = r; /* full: keep it, and read no more for now */
     uv_read_stop((uv_stream_t*) &c->tcp);
+    uv_timer_stop(&c->idle); /* we keep it waiting, not the other way */
   }
   return rc;
 }
@@ -146,11 +162,24 @@ static void on_alloc(uv_handle_t* h, size_t size, uv_buf_t* buf) {
   *buf = uv_buf_init(slab, sizeof(slab));
 }
 
+static void on_idle(uv_timer_t* t) {
+  conn_close(t->data);
+}
+
+static void read_again(conn_t* c) {
+  uv_read_start((uv_stream_t*) &c->tcp, on_alloc, on_read);
+  uv_timer_start(&c->idle, on_idle, idle_ms, 0);
+}
+
 static void on_read(uv_stream_t* s, ssize_t n, const uv_buf_t* buf) {
   conn_t* c = s->data;
 
-  if (n < 0 || (n > 0 && conn_feed(c, buf->base, (size_t) n) != 0))
+  if (n < 0 || (n > 0 && conn_feed(c, buf->base, (size_t) n) != 0)) {
     conn_close(c);
+    return;
+  }
+  if (n > 0 && c->kept == NULL)
+    uv_timer_start(&c->idle, on_idle, idle_ms, 0);
 }
 
 /* The queue has room again: schedule the kept line, parse what was copied
@@ -173,7 +202,7 @@ static void conn_resume(conn_t* c) {
   if (rc != 0)
     conn_close(c);
   else if (c->kept == NULL)
-    uv_read_start((uv_stream_t*) &c->tcp, on_alloc, on_read);
+    read_again(c);
 }
 
 /* Without --keyed: the connection's worker has room (low_water). */
@@ -191,25 +220,33 @@ static void on_key_space(uvs_worker_t* w, uint64_t key) {
       conn_resume(c);
 }
 
-/* ---- freeing a connection: its worker's close, then its handle's ---- */
+/* ---- freeing a connection: its worker's close, then its handles' ---- */
 
-static void tcp_closed(uv_handle_t* h) {
+static void handle_closed(uv_handle_t* h) {
   conn_t* c = h->data;
   conn_t** p;
 
+  if (--c->handles != 0)
+    return;
   for (p = &conns; *p != c; p = &(*p)->next)
     ;
   *p = c->next;
+  nconns--;
   free(c->kept);
   free(c->rest);
   free(c->line);
   free(c); /* the last callback: nothing of the library or libuv holds it */
 }
 
+static void close_handles(conn_t* c) {
+  uv_close((uv_handle_t*) &c->idle, handle_closed);
+  uv_close((uv_handle_t*) &c->tcp, handle_closed);
+}
+
 static void worker_closed(uvs_worker_t* w) {
   conn_t* c = w->data;
   /* Every line is handed back: no done_cb will touch c any more. */
-  uv_close((uv_handle_t*) &c->tcp, tcp_closed);
+  close_handles(c);
 }
 
 static void conn_close(conn_t* c) {
@@ -218,16 +255,17 @@ static void conn_close(conn_t* c) {
   if (!c->closing) {
     c->closing = 1;
     uv_read_stop((uv_stream_t*) &c->tcp);
+    uv_timer_stop(&c->idle);
     if (!keyed) {
       /* Queued lines come back with UV_ECANCELED; then worker_closed. */
       if (uvs_worker_close(&c->worker, UVS_CANCEL, worker_closed) != 0)
-        uv_close((uv_handle_t*) &c->tcp, tcp_closed); /* the scheduler's close has it */
+        close_handles(c); /* the scheduler's close has it */
       return;
     }
   }
   /* --keyed: the worker is shared; close once the last line is back. */
   if (keyed && c->tasks == 0)
-    uv_close((uv_handle_t*) &c->tcp, tcp_closed);
+    close_handles(c);
 }
 
 static void on_connection(uv_stream_t* s, int status) {
@@ -242,19 +280,23 @@ static void on_connection(uv_stream_t* s, int status) {
   if (status != 0 || (c = calloc(1, sizeof(*c))) == NULL)
     return;
   uv_tcp_init(loop, &c->tcp);
+  uv_timer_init(loop, &c->idle);
   c->tcp.data = c;
-  c->worker.data = c;
+  c->idle.data = c;
+  c->handles = 2;
   c->key = next_key++;
   c->next = conns;
   conns = c;
-  if (uv_accept(s, (uv_stream_t*) &c->tcp) != 0 ||
+  nconns++;
+  /* Past MAX_CONNS a newcomer is accepted and closed at once. */
+  if (uv_accept(s, (uv_stream_t*) &c->tcp) != 0 || nconns > MAX_CONNS ||
       (!keyed && uvs_worker_init_ex(&sched, &c->worker, UVS_POOL, &wo) != 0)) {
     c->closing = 1;
-    uv_close((uv_handle_t*) &c->tcp, tcp_closed);
+    close_handles(c);
     return;
   }
   c->worker.data = c;
-  uv_read_start((uv_stream_t*) &c->tcp, on_alloc, on_read);
+  read_again(c);
 }
 
 /* ---- a producer thread that blocks while the log is full ---- */
@@ -343,8 +385,8 @@ static uv_timer_t stop_timer;
 static void sched_closed(uvs_sched_t* s) {
   (void) s;
   uv_thread_join(&producer); /* its last call answered UV_ESHUTDOWN */
-  printf("log: %d records; samples: %d run, %d dropped\n", logged,
-         samples_run, samples_dropped);
+  printf("log: %d records; samples: %d run, %d dropped\n", logged, samples_run,
+         samples_dropped);
 }
 
 static void stop(uv_timer_t* t) {
@@ -352,8 +394,7 @@ static void stop(uv_timer_t* t) {
   uv_close((uv_handle_t*) &server, NULL);
   uv_close((uv_handle_t*) &sample_timer, NULL);
   uv_close((uv_handle_t*) &stop_timer, NULL);
-  for (conn_t* c = conns; c != NULL; c = c->next)
-    conn_close(c);
+  for (conn_t* c = conns; c != NULL; c = c->next) conn_close(c);
   uvs_sched_close(&sched, UVS_DRAIN, sched_closed);
 }
 
@@ -372,10 +413,12 @@ int main(int argc, char** argv) {
   int rc;
 
   keyed = argc > 1 && strcmp(argv[1], "--keyed") == 0;
-  if (argc != 3 + keyed) {
-    fprintf(stderr, "usage: %s [--keyed] PORT SECONDS\n", argv[0]);
+  if (argc != 3 + keyed && argc != 4 + keyed) {
+    fprintf(stderr, "usage: %s [--keyed] PORT SECONDS [IDLE_MS]\n", argv[0]);
     return 2;
   }
+  if (argc == 4 + keyed)
+    idle_ms = strtoull(argv[3 + keyed], NULL, 10);
   signal(SIGPIPE, SIG_IGN); /* a client gone: a write error, not a signal */
   loop = uv_default_loop();
   rc = uvs_sched_init(loop, &sched, NULL);
@@ -393,6 +436,12 @@ int main(int argc, char** argv) {
     rc = uv_tcp_bind(&server, (const struct sockaddr*) &addr, 0);
   if (rc == 0)
     rc = uv_listen((uv_stream_t*) &server, 128, on_connection);
+  if (rc == 0) { /* PORT 0: the system picks one; say which */
+    int len = sizeof(addr);
+    rc = uv_tcp_getsockname(&server, (struct sockaddr*) &addr, &len);
+    printf("listening on port %d\n", ntohs(addr.sin_port));
+    fflush(stdout);
+  }
   if (rc == 0)
     rc = uv_thread_create(&producer, produce, NULL);
   if (rc != 0) {
