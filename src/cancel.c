@@ -20,9 +20,12 @@ static uvs_task_t** batch_slot_of(const uvs_task_t* t) {
 }
 
 
+/* cancel_locked()'s answer when the task's producer has not linked it yet:
+ * let the lock go and try again. Not an error code: it never leaves here. */
+#define NOT_LINKED 1
+
 /* Cancels a queued or delayed task (lock held): 0, UV_EBUSY if a drain
- * already took it, or UV_EAGAIN if its producer has not linked it yet: the
- * caller lets the lock go and tries again. */
+ * already took it, or NOT_LINKED. */
 static int cancel_locked(uvs_sched_t* s, uvs_task_t* t) {
   uvs_task_t** slot;
   uvs_task_t* expected;
@@ -42,7 +45,7 @@ static int cancel_locked(uvs_sched_t* s, uvs_task_t* t) {
    * drain. */
   uvs__inbox_flush(t->worker);
   if (t->node.prev == NULL)
-    return UV_EAGAIN;
+    return NOT_LINKED;
   slot = batch_slot_of(t);
   if (slot == NULL) {
     uvs__queue_remove(&t->node);
@@ -131,7 +134,7 @@ static int cancel(uvs_task_t* t, uvs__hazard_t* hz) {
     if (err != 0)
       return err;
     err = cancel_locked(s, t);
-    if (err != UV_EAGAIN)
+    if (err != NOT_LINKED)
       break;
     uv_mutex_unlock(&s->lock);
     sched_yield(); /* let the producer link it */
