@@ -98,6 +98,20 @@ def strip_c(text):
     return "".join(out)
 
 
+def closing(text, i, opening, close):
+    """The index of the bracket that closes text[i] (an `opening`), or
+    len(text) if none does."""
+    d = 0
+    for j in range(i, len(text)):
+        if text[j] == opening:
+            d += 1
+        elif text[j] == close:
+            d -= 1
+            if d == 0:
+                return j
+    return len(text)
+
+
 def functions(text):
     """Yields (name, body) for every function defined in C text."""
     text = strip_c(text)
@@ -114,28 +128,12 @@ def functions(text):
         elif depth == 0 and c == "(":
             # Identifier just before "(", balanced parens, then "{".
             m = re.search(r"([A-Za-z_]\w*)\s*$", text[max(0, i - 200):i])
-            j, d = i, 0
-            while j < n:
-                if text[j] == "(":
-                    d += 1
-                elif text[j] == ")":
-                    d -= 1
-                    if d == 0:
-                        break
-                j += 1
+            j = closing(text, i, "(", ")")
             k = j + 1
             while k < n and text[k].isspace():
                 k += 1
             if m and k < n and text[k] == "{" and m.group(1) not in KEYWORDS:
-                e, d = k, 0
-                while e < n:
-                    if text[e] == "{":
-                        d += 1
-                    elif text[e] == "}":
-                        d -= 1
-                        if d == 0:
-                            break
-                    e += 1
+                e = closing(text, k, "{", "}")
                 yield m.group(1), text[k:e + 1]
                 i = e + 1
                 continue
