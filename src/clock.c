@@ -1,10 +1,11 @@
 /* The CPU's tick counter, and what it is trusted to tell.
  *
  * uv_hrtime() costs 25-50 ns on the VMs measured; the tick counter a third
- * of that. Drains use the counter as a hint of when to look at the real
- * clock (drain.c). uvs_schedule_after() uses it for its call time, which
- * guarantee 6 needs to be never early: a time estimated from a tick must
- * not lie before the real one.
+ * of that. Time slices use the counter as a hint of when to look at the
+ * real clock (clock.h). uvs_schedule_after() and uvs_task_reschedule() use
+ * it for their call time, which guarantee 6 needs to be never early, and
+ * a task's ready time (max_wait_ms, the wait histogram) comes from it too:
+ * a time estimated from a tick must not lie before the real one.
  *
  * The rate is learnt once per process from two readings of both clocks at
  * least UVS__LEARN_NS apart. Each reading brackets uv_hrtime() between two
