@@ -69,16 +69,22 @@ void uvs__shed(uvs_sched_t* sched,
 /* Has t been ready longer than w's max_wait_ms, at the time a drain would
  * start it? Done-less tasks of the user never are: nothing could tell
  * their owner. Waits are measured in 32 bits of us, which is why a
- * max_wait_ms of 2^31 us or more never sheds. */
-static inline int uvs__stale(const uvs_worker_t* w, const uvs_task_t* t) {
-  uint32_t waited;
+ * max_wait_ms of 2^31 us or more never sheds. end_ns is the end of the
+ * drain's time slice (0: none), which no task starts after: a task that
+ * would not be stale even then needs no clock read, so only tasks within
+ * a slice of their limit pay for one. */
+static inline int uvs__stale(const uvs_worker_t* w,
+                             const uvs_task_t* t,
+                             uint64_t end_ns) {
+  uint32_t ready;
 
   if (w->max_wait_us == 0 || w->max_wait_us == UINT32_MAX ||
       (t->done_cb == NULL && !(uvs__load_rlx(&t->state) & UVS__T_POST)))
     return 0;
-  /* Both readings from the tick counter where it is trusted, a few us
-   * late at most (clock.c): a late ready time never makes a wait look
-   * longer than it was. */
-  waited = (uint32_t) (uvs__hrtime_late() / 1000) - (uint32_t) t->status;
-  return waited > w->max_wait_us;
+  /* The ready time is from uvs__hrtime_late(), a few us late at most: it
+   * never makes a wait look longer than it was. */
+  ready = (uint32_t) t->status;
+  if (end_ns != 0 && (uint32_t) (end_ns / 1000) - ready <= w->max_wait_us)
+    return 0;
+  return (uint32_t) (uv_hrtime() / 1000) - ready > w->max_wait_us;
 }

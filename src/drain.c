@@ -294,7 +294,7 @@ static unsigned run_batch(turn_t* tn, uvs_task_t** slots, unsigned n) {
     if (t == UVS__SLOT_TOMB)
       continue; /* a lane still releases its key at the batch's end */
     cancel = uvs__cancelling(w);
-    if (cancel || uvs__stale(w, t)) {
+    if (cancel || uvs__stale(w, t, tn->sl->end_ns)) {
       uv_mutex_lock(&s->lock);
       uvs__unqueued(w);
       if (cancel)
