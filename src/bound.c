@@ -11,8 +11,6 @@
 
 #include "internal.h"
 
-#include <sched.h>
-
 
 uint64_t uvs__queued_now(uvs_worker_t* w) {
   uint64_t in;
@@ -38,24 +36,6 @@ void uvs__note_max(uvs_worker_t* w, uint64_t queued) {
 }
 
 
-/* The oldest task in w's FIFO or inbox (lock held), or NULL. Every task
- * counted in w may be behind a producer that has not linked its own yet:
- * only then does this wait for it, since the count needs one out for the
- * one that comes in. */
-static uvs_task_t* take_queued(uvs_worker_t* w) {
-  uvs_task_t* t;
-  int busy;
-
-  for (;;) {
-    busy = uvs__inbox_flush(w);
-    t = uvs__inbox_take(w, 1);
-    if (t != NULL || !busy)
-      return t;
-    sched_yield();
-  }
-}
-
-
 /* Takes the oldest queued task out of w (lock held), or NULL. A drain's
  * batch holds the oldest: its first slot not yet taken. */
 static uvs_task_t* take_oldest(uvs_worker_t* w) {
@@ -68,28 +48,48 @@ static uvs_task_t* take_oldest(uvs_worker_t* w) {
     t = uvs__keys_take(w);
     if (t != NULL)
       return t;
-    return take_queued(w);
+  } else {
+    for (i = 0; i < w->batch_len; i++) {
+      t = uvs__slot_steal(&w->batch[i]);
+      if (t != NULL)
+        return t;
+    }
   }
-  for (i = 0; i < w->batch_len; i++) {
-    t = uvs__slot_steal(&w->batch[i]);
-    if (t != NULL)
-      return t;
-  }
-  return take_queued(w);
+  (void) uvs__inbox_flush(w);
+  return uvs__inbox_take(w, 1);
 }
 
 
-/* DROP_OLDEST on a full worker: hands the oldest queued task back with
- * UV_ENOBUFS and counts the new one in its place. Lock held. */
+/* DROP_OLDEST on a full worker (lock held): the new task counts in, and
+ * the oldest queued one goes back with UV_ENOBUFS. The new task counts in
+ * first, so queued never dips below full on the way and no space_cb is
+ * owed for an eviction. */
 static void evict_for(uvs_worker_t* w) {
+  uvs__add_sc(&w->q_in, 1);
+  w->evict_owed++;
+  uvs__evict_owed(w);
+}
+
+
+void uvs__evict_owed(uvs_worker_t* w) {
   uvs_task_t* t;
 
-  /* The new task counts in first: queued never dips below full on the
-   * way, so no space_cb is owed for an eviction. */
-  uvs__add_sc(&w->q_in, 1);
-  t = take_oldest(w);
-  if (t != NULL)
+  /* Every task counted may be out of reach for now: behind a producer
+   * that counted it and has not linked it into the inbox yet. Instead of
+   * waiting for that producer under the lock, the eviction stays owed, and
+   * the next drain to fill a batch settles it before it starts anything,
+   * if the worker is still over its bound by then. */
+  while (w->evict_owed != 0) {
+    if (uvs__queued_now(w) <= w->max_pending) {
+      w->evict_owed = 0;
+      break;
+    }
+    t = take_oldest(w);
+    if (t == NULL)
+      break;
+    w->evict_owed--;
     uvs__evicted(w, t);
+  }
   if (w->key_max != 0)
     uvs__keys_space_check(w);
 }

@@ -35,6 +35,9 @@ int uvs__wait_room(uvs_worker_t* worker,
 /* A key's oldest task evicted for a new one (DROP_OLDEST, per-key bounds):
  * out of the worker's count and handed back with UV_ENOBUFS. Lock held. */
 void uvs__evicted(uvs_worker_t* worker, uvs_task_t* task);
+/* Settles the DROP_OLDEST evictions a full worker owes (lock held): the
+ * oldest queued tasks, while it is over max_pending (bound.c). */
+void uvs__evict_owed(uvs_worker_t* worker);
 /* After tasks left a per-key-bounded worker's queue: key_space_cb owed,
  * blocked producers woken to look again. Lock held. */
 void uvs__keys_space_check(uvs_worker_t* worker);

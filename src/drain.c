@@ -182,6 +182,8 @@ static unsigned fill(uvs_worker_t* w,
   uvs_task_t* t;
   unsigned n;
 
+  if (w->evict_owed != 0)
+    uvs__evict_owed(w); /* before any of them starts */
   /* A lane takes one startable task at a time: tasks start in FIFO order
    * across lanes, and none waits in one lane's batch that another lane
    * could start (guarantee 12). Behind a keyed task it takes that key's

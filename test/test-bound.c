@@ -9,6 +9,8 @@
 
 #include "task.h"
 
+#include "internal.h"
+
 #include <stdatomic.h>
 
 #define MAXN 64
@@ -589,6 +591,51 @@ TEST_IMPL(bound_drop_oldest_loop_thread) {
   ASSERT_UINT64_EQ(m.dropped, 3);
   ASSERT_UINT64_EQ(m.ran, 3);
   ASSERT_UINT64_EQ(m.rejected, 0);
+  teardown();
+  return 0;
+}
+
+
+/* A producer swaps its node into the inbox and is preempted before it
+ * links it: the tasks queued behind it are counted but out of reach. A
+ * full worker's eviction then stays owed instead of waiting for that
+ * producer under the scheduler's lock (which, on the loop thread, would
+ * wait forever here), and the next turn settles it before it starts
+ * anything: the oldest goes back with UV_ENOBUFS, the rest run. */
+TEST_IMPL(bound_drop_oldest_behind_unlinked_push) {
+  uvs_worker_metrics_t m;
+  uvs__queue_t fake;
+  uvs__queue_t* prev;
+  int i;
+
+  setup(NULL);
+  bounded(UVS_LOOP, 2, UVS_FULL_DROP_OLDEST, 0, NULL);
+  init_items(3);
+  fake.next = NULL;
+  prev = __atomic_exchange_n(&worker.inbox_tail, &fake, __ATOMIC_SEQ_CST);
+  ASSERT_OK(uvs_schedule(&worker, &items[0].task));
+  ASSERT_OK(uvs_schedule(&worker, &items[1].task));
+  ASSERT_OK(uvs_schedule(&worker, &items[2].task)); /* full: evicts 0 */
+  get_metrics(&m);
+  ASSERT_UINT64_EQ(m.queued, 3); /* owed: nothing was in reach */
+  ASSERT_UINT64_EQ(m.dropped, 0);
+
+  /* The producer links: here, past its own node, to the first task. */
+  __atomic_store_n(&prev->next, &items[0].task.node, __ATOMIC_RELEASE);
+  ASSERT_OK(uv_run(&loop, UV_RUN_DEFAULT));
+  ASSERT_ERR(items[0].status, UV_ENOBUFS);
+  ASSERT_EQ(atomic_load(&items[0].runs), 0);
+  for (i = 1; i < 3; i++) {
+    ASSERT_OK(items[i].status);
+    ASSERT_EQ(atomic_load(&items[i].runs), 1);
+  }
+  ASSERT_EQ(atomic_load(&nruns), 2);
+  ASSERT_EQ(run_order[0], 1);
+  ASSERT_EQ(run_order[1], 2);
+  get_metrics(&m);
+  ASSERT_UINT64_EQ(m.queued, 0);
+  ASSERT_UINT64_EQ(m.dropped, 1);
+  ASSERT_UINT64_EQ(m.ran, 2);
   teardown();
   return 0;
 }

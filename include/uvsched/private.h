@@ -89,6 +89,7 @@ struct uvs__queue_s {
   unsigned full;       /* atomic: was full, space_cb owed at low_water */     \
   unsigned nwaiters;   /* stores under the lock */                            \
   unsigned space_owed; /* under the lock */                                   \
+  unsigned evict_owed; /* under the lock: DROP_OLDEST evictions owed */       \
   struct uvs__queue_s waiters;    /* uvs_schedule_wait callers, FIFO */       \
   struct uvs__queue_s space_node; /* on sched->space */                       \
   struct uvs__queue_s kready;     /* width > 1: tasks lanes may start */
