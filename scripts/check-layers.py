@@ -11,7 +11,7 @@ import pathlib
 import re
 import sys
 
-UPWARD = {"uvs__kick"}
+UPWARD = {"uvs__kick", "uvs__kick_ready"}
 
 src = pathlib.Path(__file__).resolve().parent.parent / "src"
 files = sorted(src.glob("*.c"))

@@ -367,6 +367,7 @@ static int close_handles(uvs_sched_t* s) {
   uv_close((uv_handle_t*) &s->async, handle_closed);
   uv_close((uv_handle_t*) &s->timer, handle_closed);
   uv_close((uv_handle_t*) &s->idle, handle_closed);
+  uv_close((uv_handle_t*) &s->prepare, handle_closed);
   uv_close((uv_handle_t*) &s->check, handle_closed);
   uvs__free(s->runners);
   s->runners = NULL;

@@ -196,7 +196,9 @@ enum {
 enum {
   UVS__SF_KICKED = 1, /* the loop thread kicked since process() began */
   UVS__SF_HANDLES_CLOSING = 2, /* uv_close() called on our handles */
-  UVS__SF_TURNED = 4 /* a loop turn ran in this loop iteration (check_cb) */
+  UVS__SF_TURNED = 4, /* a loop turn ran in this loop iteration (check_cb) */
+  UVS__SF_DISPATCHING = 8, /* dispatch() is running (loop.c) */
+  UVS__SF_POLLING = 16     /* the loop is in its poll phase (I/O callbacks) */
 };
 
 /* sched->state (atomic) */
@@ -240,8 +242,9 @@ void uvs__post_free_all(uvs_sched_t* sched);
 int uvs__post_init(uvs_sched_t* sched);
 
 /* The files are layered: each calls only files on lines below its own,
- * except that any may wake the loop with uvs__kick() (loop.c), as libuv's
- * threadpool.c calls uv_async_send(); scripts/check-layers.py checks that
+ * except that any may wake the loop with uvs__kick() or uvs__kick_ready()
+ * (loop.c), as libuv's threadpool.c calls uv_async_send();
+ * scripts/check-layers.py checks that
  * no call goes round in a circle.
  *   sched.c                  uvs_sched_init, uvs_now, stats
  *   loop.c                   the loop thread's side: handles, process(),
@@ -292,6 +295,13 @@ typedef struct uvs__runner_s uvs__runner_t;
 /* Asks the loop thread to process the scheduler soon. Any thread, no lock
  * needed: the one call upward from the files below. */
 void uvs__kick(uvs_sched_t* sched);
+/* A pool worker was listed ready (lock held, any thread). In the loop's
+ * poll phase, where I/O callbacks schedule, its drain is posted within
+ * this call, as far as the cap leaves room (guarantee 12: at once), not
+ * in the idle phase of the next loop iteration; otherwise (another
+ * thread, outside uv_run(), or dispatch() itself listed it) uvs__kick().
+ * The other call upward. */
+void uvs__kick_ready(uvs_sched_t* sched);
 /* uvs_sched_init's handles: init, and the first loop iteration owed. */
 int uvs__loop_init(uv_loop_t* loop, uvs_sched_t* sched);
 void uvs__loop_start(uvs_sched_t* sched);

@@ -55,14 +55,25 @@ static void async_cb(uv_async_t* handle) {
 }
 
 
-/* The check phase ends the loop iteration: the next turn may run in the
- * next iteration, after its timers. */
+/* The prepare and check phases bracket the poll phase, where I/O
+ * callbacks run: inside uv_run(), so that a pool worker made ready there
+ * may have its drain posted at once (uvs__kick_ready). Outside uv_run()
+ * nothing starts until it runs. */
+static void prepare_cb(uv_prepare_t* handle) {
+  uvs_sched_t* s;
+
+  s = uvs__container_of(handle, uvs_sched_t, prepare);
+  s->flags |= UVS__SF_POLLING;
+}
+
+
+/* The check phase ends the poll phase and the loop iteration: the next
+ * turn may run in the next iteration, after its timers. */
 static void check_cb(uv_check_t* handle) {
   uvs_sched_t* s;
 
   s = uvs__container_of(handle, uvs_sched_t, check);
-  s->flags &= ~UVS__SF_TURNED;
-  uv_check_stop(handle);
+  s->flags &= ~(UVS__SF_TURNED | UVS__SF_POLLING);
 }
 
 
@@ -76,6 +87,18 @@ void uvs__kick(uvs_sched_t* s) {
    * on a worker that can't finish closing, or a drain in flight. */
   if (!__atomic_exchange_n(&s->async_sent, 1, __ATOMIC_ACQ_REL))
     uv_async_send(&s->async);
+}
+
+
+static void dispatch(uvs_sched_t* s);
+
+
+void uvs__kick_ready(uvs_sched_t* s) {
+  if (uvs__on_loop_thread(s) &&
+      (s->flags & (UVS__SF_POLLING | UVS__SF_DISPATCHING)) == UVS__SF_POLLING)
+    dispatch(s);
+  else
+    uvs__kick(s);
 }
 
 
@@ -128,6 +151,9 @@ static void dispatch(uvs_sched_t* s) {
   uvs__runner_t* r;
   uvs_worker_t* w;
 
+  /* serve_wide() lists a worker again through uvs__kick_ready(): that
+   * one waits for the next call. */
+  s->flags |= UVS__SF_DISPATCHING;
   /* Each listed wide worker once: one that lists itself again waits for
    * the next call. */
   uvs__queue_init(&wide);
@@ -152,6 +178,7 @@ static void dispatch(uvs_sched_t* s) {
     if (uv_queue_work(s->loop, &r->work, runner_work, runner_done) != 0)
       abort(); /* only fails for a NULL work_cb */
   }
+  s->flags &= ~UVS__SF_DISPATCHING;
 }
 
 
@@ -201,10 +228,8 @@ static void process(uvs_sched_t* s, int what) {
   /* One loop turn per loop iteration, whichever callback comes first (the
    * idle phase, or the async callback in the poll phase), so that timers
    * and I/O run between two turns (guarantee 7). */
-  if ((what & LOOP_TURN) && !(s->flags & UVS__SF_TURNED) && uvs__loop_turn(s)) {
+  if ((what & LOOP_TURN) && !(s->flags & UVS__SF_TURNED) && uvs__loop_turn(s))
     s->flags |= UVS__SF_TURNED;
-    uv_check_start(&s->check, check_cb);
-  }
   uvs__deliver(s);
   call_space_cbs(s);
   if (uvs__finish_closes(s))
@@ -276,13 +301,15 @@ int uvs__loop_init(uv_loop_t* loop, uvs_sched_t* s) {
   }
   uv_timer_init(loop, &s->timer);
   uv_idle_init(loop, &s->idle);
+  uv_prepare_init(loop, &s->prepare);
   uv_check_init(loop, &s->check);
-  /* It only runs in an iteration that had a loop turn, which keeps the
-   * loop alive by other means. */
+  /* They mark phases; they never keep the loop alive. */
+  uv_unref((uv_handle_t*) &s->prepare);
   uv_unref((uv_handle_t*) &s->check);
   s->async.data = s;
   s->timer.data = s;
   s->idle.data = s;
+  s->prepare.data = s;
   s->check.data = s;
   return 0;
 }
@@ -295,4 +322,6 @@ void uvs__loop_start(uvs_sched_t* s) {
   if (!s->keep_alive)
     uv_unref((uv_handle_t*) &s->async);
   uv_idle_start(&s->idle, idle_cb);
+  uv_prepare_start(&s->prepare, prepare_cb);
+  uv_check_start(&s->check, check_cb);
 }

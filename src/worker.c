@@ -189,7 +189,10 @@ static uvs__queue_t* ready_list(uvs_worker_t* w) {
 void uvs__worker_make_ready(uvs_worker_t* w) {
   w->phase = UVS__P_READY;
   uvs__queue_push(ready_list(w), &w->ready_node);
-  uvs__kick(w->sched);
+  if (w->where == UVS_POOL)
+    uvs__kick_ready(w->sched);
+  else
+    uvs__kick(w->sched);
 }
 
 

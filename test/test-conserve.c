@@ -523,6 +523,47 @@ static void rj_producer(void* arg) {
 }
 
 
+/* A pool worker made ready in the loop's poll phase (an async callback
+ * here, a read callback in a server) gets its drain posted within the
+ * schedule call (guarantee 12: at once), not after the callback returns:
+ * the callback waits, with a deadline, for the task to run. */
+static event_t poll_ran;
+static uvs_worker_t poll_w;
+static uvs_task_t poll_task;
+static int poll_seen;
+
+static void poll_run(uvs_task_t* task) {
+  (void) task;
+  ev_add(&poll_ran);
+}
+
+
+static void poll_async_cb(uv_async_t* handle) {
+  ASSERT_OK(uvs_schedule(&poll_w, &poll_task));
+  poll_seen = ev_wait(&poll_ran, 1, 10000);
+  uv_close((uv_handle_t*) handle, NULL);
+}
+
+
+TEST_IMPL(conserve_poll_phase_posts_at_once) {
+  uv_async_t async;
+
+  ev_init(&poll_ran);
+  setup(NULL);
+  ASSERT_OK(uvs_worker_init(&sched, &poll_w, UVS_POOL));
+  ASSERT_OK(uvs_task_init(&poll_task, poll_run, ok_done));
+  ASSERT_OK(uv_async_init(&loop, &async, poll_async_cb));
+  ASSERT_OK(uv_async_send(&async));
+  ndone = 0;
+  ASSERT_OK(uv_run(&loop, UV_RUN_DEFAULT));
+  ASSERT_EQ(poll_seen, 1);
+  ASSERT_EQ(ndone, 1);
+  TEST_CLOSE_SCHED_AND_LOOP(&loop, &sched, UVS_CANCEL);
+  ev_destroy(&poll_ran);
+  return 0;
+}
+
+
 static void rj_controller(void* arg) {
   uv_thread_t producer;
   uint64_t t0;

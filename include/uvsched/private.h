@@ -98,7 +98,8 @@ struct uvs__queue_s {
   uv_async_t async;                                                            \
   uv_timer_t timer;                                                            \
   uv_idle_t idle;                                                              \
-  uv_check_t check; /* ends the loop iteration of a loop turn */               \
+  uv_prepare_t prepare; /* the poll phase begins */                            \
+  uv_check_t check;     /* the poll phase, and the loop iteration, end */      \
   uv_mutex_t lock;                                                             \
   uv_thread_t thread;                                                          \
   uvs_sched_close_cb close_cb;                                                 \
