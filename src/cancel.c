@@ -212,6 +212,8 @@ int uvs_task_cancel(uvs_task_t* t) {
    * its worker closed and freed: the hazard slot keeps the worker it uses
    * alive, and no other. */
   hz = uvs__hazard_enter();
+  if (hz == NULL)
+    return UV_ENOMEM;
   err = cancel(t, hz);
   uvs__hazard_leave(hz);
   return err;
@@ -229,6 +231,8 @@ int uvs_task_reschedule(uvs_task_t* t, uint64_t delay_ms) {
   if ((st & UVS__T_MASK) == UVS__T_IDLE)
     return UV_EINVAL; /* never scheduled */
   hz = uvs__hazard_enter();
+  if (hz == NULL)
+    return UV_ENOMEM;
   err = reschedule(t, hz, delay_ms);
   uvs__hazard_leave(hz);
   return err;

@@ -1,14 +1,15 @@
-/* hazard.c's declarations: the slots and counts that keep a worker alive
+/* hazard.c's declarations: the slots that keep a worker alive
  * under a cancel or a pin. Included by internal.h only, at its place in
  * the layer order. */
 
 /* ---- hazard.c: what keeps a worker alive under a cancel or a pin ----- */
 typedef struct uvs__hazard_s uvs__hazard_t;
-/* Threads that hold a hazard slot at once. */
-#define UVS__HAZARDS 128
-/* The calling thread's hazard slot, for one cancel; NULL (every slot is
- * held by a live thread) means a fallback that every close waits for. No
- * lock needed. */
+/* Slots per chunk: the first chunk is static, later ones are allocated
+ * as threads need them (hazard.c). */
+#define UVS__HAZARD_CHUNK 64
+/* The calling thread's hazard slot, for one cancel; NULL if it needed
+ * memory that could not be had (the caller answers UV_ENOMEM). No lock
+ * needed. */
 uvs__hazard_t* uvs__hazard_enter(void);
 /* Names w as in use; then the caller checks that w is still the task's. */
 void uvs__hazard_protect(uvs__hazard_t* hazard, uvs_worker_t* w);
@@ -16,12 +17,12 @@ void uvs__hazard_leave(uvs__hazard_t* hazard);
 /* Waits until no cancel names w. Every task of w is handed back; no lock
  * held. */
 void uvs__hazard_wait_cancels(uvs_worker_t* w);
-/* Pins w in the calling thread's slot: 1, or 0 if no slot can be had (the
- * caller pins with w->inflight instead). The caller then loads w->closed
- * (seq_cst). Pins of one worker nest. */
+/* Pins w in the calling thread's slot: 0, or UV_ENOMEM if the thread has
+ * no slot and none could be allocated. The caller then loads w->closed
+ * (seq_cst). Pins of one worker nest; no call pins two. */
 int uvs__hazard_pin(uvs_worker_t* w);
 void uvs__hazard_unpin(void);
-/* The calling thread's slot, 0 to UVS__HAZARDS - 1, or -1 if it has none. */
+/* The calling thread's slot's index, from 0, or -1 if it has none. */
 int uvs__hazard_index(void);
 /* Waits until no slot pins w; w->closed is stored (seq_cst). No lock
  * held. */

@@ -227,9 +227,9 @@ static inline int uvs__shut(uvs_sched_t* s, uvs_worker_t* w) {
 /* A node that runs fn(arg) with no done_cb, or NULL (out of memory). The
  * caller pinned a worker of sched as `pinned` says (uvs__worker_pin): on
  * the loop thread (UVS__PIN_NONE) the node comes from the loop's own list,
- * on a thread with a hazard slot (UVS__PIN_SLOT) from that slot's list,
- * each without the lock but once per UVS__POST_CHUNK nodes; otherwise from
- * the shared list under the lock. */
+ * on another thread whose hazard slot is among the first UVS__POST_CACHES
+ * from that slot's list, each without the lock but once per
+ * UVS__POST_CHUNK nodes; otherwise from the shared list under the lock. */
 uvs_task_t* uvs__post_node(uvs_sched_t* sched,
                            int pinned,
                            void (*fn)(void* arg),
@@ -384,10 +384,11 @@ static inline int uvs__cancelling(uvs_worker_t* w) {
  * thread is inside the API; returns 0 or UV_ESHUTDOWN if it is closed. */
 int uvs__worker_enter(uvs_worker_t* worker);
 void uvs__worker_leave(uvs_worker_t* worker);
-/* Pins the worker if the caller is not on its loop's thread (*pinned says
- * how; unpin with uvs__worker_unpin). Returns UV_ESHUTDOWN if it is
- * closed. Never reads the scheduler. */
-enum { UVS__PIN_NONE = 0, UVS__PIN_SLOT = 1, UVS__PIN_COUNT = 2 };
+/* Pins the worker in the caller's hazard slot if the caller is not on its
+ * loop's thread (*pinned says whether; unpin with uvs__worker_unpin).
+ * Returns UV_ESHUTDOWN if it is closed, UV_ENOMEM if the thread needed a
+ * slot and none could be allocated. Never reads the scheduler. */
+enum { UVS__PIN_NONE = 0, UVS__PIN_SLOT = 1 };
 int uvs__worker_pin(uvs_worker_t* worker, int* pinned);
 void uvs__worker_unpin(uvs_worker_t* worker, int pinned);
 /* Init with options (NULL = defaults), after the caller checked them. */

@@ -11,8 +11,9 @@ int uvs_post(uvs_worker_t* w, void (*fn)(void* arg), void* arg) {
 
   if (w == NULL || fn == NULL)
     return UV_EINVAL;
-  if (uvs__worker_pin(w, &pinned) != 0)
-    return UV_ESHUTDOWN;
+  err = uvs__worker_pin(w, &pinned);
+  if (err != 0)
+    return err;
   s = w->sched;
   /* As for uvs_schedule: a close that starts after this check sweeps the
    * node up like any task that arrived late. */

@@ -4,8 +4,9 @@
  * and is recycled after each run, so the steady state allocates nothing.
  * Chunks are freed when the scheduler closes. The free list is under the
  * scheduler's lock; the loop thread keeps a list of its own, and so does
- * each other thread that posts (by its hazard slot), refilled a chunk's
- * worth at a time: a post takes the lock once per chunk, from any thread.
+ * each other thread that posts (by its hazard slot, up to
+ * UVS__POST_CACHES of them), refilled a chunk's worth at a time: a post
+ * takes the lock once per chunk.
  */
 
 #include "internal.h"
@@ -13,6 +14,11 @@
 #include <string.h>
 
 #define UVS__POST_CHUNK 64
+/* Threads other than the loop's with a node list of their own: those whose
+ * hazard slot is among the first UVS__POST_CACHES. Others take the lock
+ * per post (correct, slower); a program rarely has more threads than this
+ * posting at once. */
+#define UVS__POST_CACHES 128
 
 typedef struct post_node_s post_node_t;
 typedef struct post_chunk_s post_chunk_t;
@@ -219,7 +225,7 @@ void uvs__post_free_all(uvs_sched_t* s) {
 
 
 int uvs__post_init(uvs_sched_t* s) {
-  s->post_cache = uvs__calloc(UVS__HAZARDS, sizeof(*s->post_cache));
+  s->post_cache = uvs__calloc(UVS__POST_CACHES, sizeof(*s->post_cache));
   return s->post_cache == NULL ? UV_ENOMEM : 0;
 }
 
@@ -234,7 +240,7 @@ uvs_task_t* uvs__post_node(uvs_sched_t* s,
   slot = pinned == UVS__PIN_SLOT ? uvs__hazard_index() : -1;
   if (pinned == UVS__PIN_NONE) {
     node = node_get_own(s, &s->post_local);
-  } else if (slot >= 0) {
+  } else if (slot >= 0 && slot < UVS__POST_CACHES) {
     /* The slot is this thread's while it lives, and the worker it pins
      * keeps the scheduler, and so its nodes, alive. */
     node = node_get_own(s, &s->post_cache[slot]);

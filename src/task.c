@@ -265,8 +265,9 @@ static int schedule(uvs_worker_t* w,
   if (delayed && delay_ms > UVS__MAX_MS)
     return UV_EINVAL;
 
-  if (uvs__worker_pin(w, &foreign) != 0)
-    return UV_ESHUTDOWN;
+  err = uvs__worker_pin(w, &foreign);
+  if (err != 0)
+    return err;
   s = w->sched;
   if (uvs__shut(s, w))
     err = UV_ESHUTDOWN;
@@ -324,7 +325,7 @@ int uvs_schedule_wait(uvs_worker_t* w, uvs_task_t* t, uint64_t timeout_ms) {
   /* Pinned until it returns: a close wakes it, then waits for it to
    * leave, and the one count of a rejected call goes to a live worker. */
   if (uvs__worker_pin(w, &pinned) != 0)
-    return UV_ESHUTDOWN;
+    return UV_ESHUTDOWN; /* the schedule above pinned it: only a close */
   /* Never block the thread that would make room: the loop's, or a pool
    * thread. libuv can't say which threads are its pool's: one that ever
    * ran a drain of this library is known to be one. */

@@ -26,19 +26,20 @@ void uvs__worker_leave(uvs_worker_t* w) {
 
 
 int uvs__worker_pin(uvs_worker_t* w, int* pinned) {
+  int err;
+
   /* On the loop thread a close can't complete under the caller (that
-   * happens on the loop thread too); elsewhere the pin holds it off: the
-   * thread's hazard slot, or without one the worker's count. Either way a
-   * closed worker answers before its scheduler, which may be gone, is
-   * touched. shut_door() in loop.c is the other half. */
+   * happens on the loop thread too); elsewhere the thread's hazard slot
+   * holds it off. Either way a closed worker answers before its
+   * scheduler, which may be gone, is touched. shut_door() in close.c is
+   * the other half. */
   if (uvs__is_thread(&w->thread)) {
     *pinned = UVS__PIN_NONE;
     return uvs__load_acq(&w->closed) ? UV_ESHUTDOWN : 0;
   }
-  if (!uvs__hazard_pin(w)) {
-    *pinned = UVS__PIN_COUNT;
-    return uvs__worker_enter(w);
-  }
+  err = uvs__hazard_pin(w);
+  if (err != 0)
+    return err;
   *pinned = UVS__PIN_SLOT;
   if (__atomic_load_n(&w->closed, __ATOMIC_SEQ_CST)) {
     uvs__hazard_unpin();
@@ -49,10 +50,9 @@ int uvs__worker_pin(uvs_worker_t* w, int* pinned) {
 
 
 void uvs__worker_unpin(uvs_worker_t* w, int pinned) {
+  (void) w;
   if (pinned == UVS__PIN_SLOT)
     uvs__hazard_unpin();
-  else if (pinned == UVS__PIN_COUNT)
-    uvs__worker_leave(w);
 }
 
 

@@ -14,6 +14,7 @@ void uvs__hazard_protect(uvs__hazard_t* hazard, uvs_worker_t* w);
 void uvs__hazard_leave(uvs__hazard_t* hazard);
 int uvs__hazard_pin(uvs_worker_t* w);
 void uvs__hazard_unpin(void);
+int uvs__hazard_index(void);
 
 static uv_loop_t loop;
 static uvs_sched_t sched;
@@ -41,7 +42,7 @@ static void holder(void* arg) {
 
   (void) arg;
   if (hold_pin) {
-    ASSERT_EQ(uvs__hazard_pin(&worker), 1);
+    ASSERT_OK(uvs__hazard_pin(&worker));
     uv_sem_post(&held);
     uv_sleep(100);
     atomic_store(&released, 1);
@@ -154,9 +155,9 @@ TEST_IMPL(hazard_slot_per_thread_reused) {
 }
 
 
-/* With every slot taken by a live thread, a thread's schedules pin with
- * the worker's count and its cancels with the fallback count, and the
- * contract holds as before: races with a close included. */
+/* With 128 live threads holding slots, two chunks' worth, the next
+ * thread still gets a slot of its own (a third chunk), and the contract
+ * holds as before: races with a close included. */
 #define NHOLDERS 128
 #define NTASKS 2000
 
@@ -167,7 +168,7 @@ static atomic_int fb_runs;
 static int fb_done;
 static int fb_cancelled;
 static atomic_int fb_accepted;
-static int fb_no_slot;
+static int fb_slot = -1;
 
 static void slot_holder(void* arg) {
   (void) arg;
@@ -199,13 +200,15 @@ static void release_all_slots(uv_thread_t* holders) {
 }
 
 
-/* Notes whether the calling thread found no slot free. */
-static void note_no_slot(void) {
+/* Notes the index of the calling thread's slot, which the holders leave
+ * past the first NHOLDERS. */
+static void note_slot(void) {
   uvs__hazard_t* h;
 
   h = uvs__hazard_enter();
-  fb_no_slot = h == NULL;
+  ASSERT_PTR_NE(h, NULL);
   uvs__hazard_leave(h);
+  fb_slot = uvs__hazard_index();
 }
 
 
@@ -227,7 +230,7 @@ static void fb_producer(void* arg) {
   int err;
 
   (void) arg;
-  note_no_slot();
+  note_slot();
   for (i = 0; i < NTASKS; i++) {
     err = uvs_schedule(&worker, &fb_tasks[i]);
     if (err == UV_ESHUTDOWN)
@@ -255,7 +258,7 @@ static void fb_timer_cb(uv_timer_t* timer) {
 }
 
 
-TEST_IMPL(hazard_fallback_when_slots_run_out) {
+TEST_IMPL(hazard_slots_grow_with_threads) {
   uv_thread_t holders[NHOLDERS];
   uv_thread_t producer;
   uv_timer_t timer;
@@ -273,7 +276,7 @@ TEST_IMPL(hazard_fallback_when_slots_run_out) {
   ASSERT_OK(uv_thread_create(&producer, fb_producer, NULL));
   ASSERT_OK(uv_run(&loop, UV_RUN_DEFAULT));
   ASSERT_OK(uv_thread_join(&producer));
-  ASSERT_EQ(fb_no_slot, 1);
+  ASSERT_GE(fb_slot, NHOLDERS);
   ASSERT_EQ(close_calls, 1);
   /* Exactly once: every accepted task handed back, run or cancelled. */
   ASSERT_EQ(fb_done, atomic_load(&fb_accepted));
@@ -284,7 +287,8 @@ TEST_IMPL(hazard_fallback_when_slots_run_out) {
 }
 
 
-/* uvs_post from a thread with no slot takes the lock for each node, from
+/* uvs_post from a thread whose slot is past the first 128 (the threads
+ * with a node list of their own) takes the lock for each node, from
  * the shared free list, splitting chains as it goes. Its nodes must come
  * back there and be reused: a second round of as many posts allocates
  * nothing, and every post runs once, in order. A task the producer holds
@@ -333,7 +337,7 @@ static void fbp_producer(void* arg) {
   int i;
 
   (void) arg;
-  note_no_slot();
+  note_slot();
   for (round = 0; round < 2; round++) {
     ASSERT_OK(uvs_schedule(&worker, &fbp_blocker));
     a0 = uvs__alloc_count();
@@ -356,7 +360,7 @@ static void fbp_over_cb(uv_async_t* handle) {
 }
 
 
-TEST_IMPL(hazard_fallback_posts_recycle) {
+TEST_IMPL(hazard_uncached_posts_recycle) {
   uv_thread_t holders[NHOLDERS];
   uv_thread_t producer;
 
@@ -373,7 +377,7 @@ TEST_IMPL(hazard_fallback_posts_recycle) {
   ASSERT_OK(uv_thread_create(&producer, fbp_producer, NULL));
   ASSERT_OK(uv_run(&loop, UV_RUN_DEFAULT));
   ASSERT_OK(uv_thread_join(&producer));
-  ASSERT_EQ(fb_no_slot, 1);
+  ASSERT_GE(fb_slot, NHOLDERS);
   ASSERT_EQ(atomic_load(&fbp_next), 2 * NPOSTS);
   ASSERT_EQ(atomic_load(&fbp_bad), 0);
   /* 64 nodes a chunk: the first round grows the pool, the second reuses. */
@@ -384,5 +388,66 @@ TEST_IMPL(hazard_fallback_posts_recycle) {
   uv_sem_destroy(&settled);
   uv_sem_destroy(&unblock);
   uv_sem_destroy(&round_done);
+  return 0;
+}
+
+
+/* A thread that needs a slot when every chunk is taken, and gets no
+ * memory for another, is answered UV_ENOMEM by each call, which changes
+ * nothing; with memory back, the same calls from the same thread work. */
+static uvs_task_t nm_task;
+static uvs_task_t nm_delayed;
+static int nm_rc[6];
+static int nm_done;
+static int nm_status[2];
+
+static void nm_done_cb(uvs_task_t* t, int status) {
+  nm_status[t == &nm_delayed] = status;
+  if (++nm_done == 2)
+    ASSERT_OK(uvs_sched_close(&sched, UVS_CANCEL, NULL));
+}
+
+
+static void nm_caller(void* arg) {
+  (void) arg;
+  nm_rc[0] = uvs_schedule(&worker, &nm_task);
+  nm_rc[1] = uvs_post(&worker, fbp_fn, NULL);
+  nm_rc[2] = uvs_task_cancel(&nm_delayed);
+  nm_rc[3] = uvs_task_reschedule(&nm_delayed, 1);
+  uvs__alloc_fail_all(0);
+  nm_rc[4] = uvs_schedule(&worker, &nm_task);
+  nm_rc[5] = uvs_task_cancel(&nm_delayed);
+}
+
+
+TEST_IMPL(hazard_no_memory_for_a_slot) {
+  uv_thread_t holders[NHOLDERS];
+  uv_thread_t caller;
+  int i;
+
+  hold_all_slots(holders);
+  ASSERT_OK(uv_loop_init(&loop));
+  ASSERT_OK(uvs_sched_init(&loop, &sched, NULL));
+  ASSERT_OK(uvs_worker_init(&sched, &worker, UVS_POOL));
+  ASSERT_OK(uvs_task_init(&nm_task, fb_run, nm_done_cb));
+  ASSERT_OK(uvs_task_init(&nm_delayed, fb_run, nm_done_cb));
+  ASSERT_OK(uvs_schedule_after(&worker, &nm_delayed, 60000));
+  uvs__alloc_fail_all(1);
+  ASSERT_OK(uv_thread_create(&caller, nm_caller, NULL));
+  ASSERT_OK(uv_thread_join(&caller));
+  uvs__alloc_fail_all(0);
+  for (i = 0; i < 4; i++) ASSERT_ERR(nm_rc[i], UV_ENOMEM);
+  ASSERT_OK(nm_rc[4]);
+  ASSERT_OK(nm_rc[5]);
+  ASSERT_OK(uv_run(&loop, UV_RUN_DEFAULT));
+  /* Accepted once, by the call that had its slot; the delayed task was
+   * still there for the cancel that could name its worker. */
+  ASSERT_EQ(atomic_load(&fb_runs), 1);
+  ASSERT_EQ(nm_done, 2);
+  ASSERT_OK(nm_status[0]);
+  ASSERT_ERR(nm_status[1], UV_ECANCELED);
+  ASSERT_EQ(atomic_load(&fbp_next), 0); /* the refused post never ran */
+  ASSERT_OK(uv_loop_close(&loop));
+  release_all_slots(holders);
   return 0;
 }
