@@ -1,7 +1,7 @@
 #!/usr/bin/python3
-"""Plots uvsched-bench JSON results against the targets of issue 3.
+"""Plots uvsched-bench JSON results against the targets the program prints.
 
-    bench/plot.py -o docs/benchmarks-0.1.png uvsched-bench.json[:LABEL] ...
+    bench/plot.py -o before-after.png old.json:before new.json:after
 
 Each targeted row of the table becomes a group of horizontal bars, one per
 JSON file given (so a before/after pair shows side by side). A bar's length
