@@ -188,8 +188,9 @@ static unsigned fill(uvs_worker_t* w,
    * across lanes, and none waits in one lane's batch that another lane
    * could start (guarantee 12). Behind a keyed task it takes that key's
    * next tasks, which no other lane could start, so that a busy key costs
-   * one lock round per batch; with per-key bounds it takes one task, since
-   * a task counts out of its key's bound as it is picked. */
+   * one lock round per batch. With per-key bounds the picked task counts
+   * out of its key's bound now, the rest of the run as each starts
+   * (run_batch), so that what waits in the batch still counts. */
   if (lane != NULL) {
     if (lane->seeking) {
       lane->seeking = 0;
@@ -203,7 +204,7 @@ static unsigned fill(uvs_worker_t* w,
     n = 1;
     if (w->key_max != 0)
       uvs__keys_space_check(w); /* its key has one task fewer queued */
-    else if (lane->kent != NULL)
+    if (lane->kent != NULL)
       for (; n < max && (t = uvs__keys_next_of(lane->kent)) != NULL; n++)
         put_slot(slots, n, t);
     return n;
@@ -295,6 +296,14 @@ static unsigned run_batch(turn_t* tn, uvs_task_t** slots, unsigned n) {
     t = __atomic_exchange_n(&slots[i], UVS__SLOT_TAKEN, __ATOMIC_ACQ_REL);
     if (t == UVS__SLOT_TOMB)
       continue; /* a lane still releases its key at the batch's end */
+    /* A task of the key's run: out of its key's count as it starts. */
+    if (i > 0 && tn->lane != NULL && w->key_max != 0 &&
+        uvs__keys_started(w, tn->lane->kent)) {
+      uv_mutex_lock(&s->lock);
+      uvs__keys_counted_out(w, tn->lane->kent);
+      uvs__keys_space_check(w);
+      uv_mutex_unlock(&s->lock);
+    }
     cancel = uvs__cancelling(w);
     if (cancel || uvs__stale(w, t, tn->sl->end_ns)) {
       uv_mutex_lock(&s->lock);

@@ -16,25 +16,44 @@
 #include "keytab.h"
 
 
-/* With key_max_pending, one of e's queued tasks left the queue: room for
- * a blocked producer, and key_space_cb owed once a full key falls to half
- * its bound. */
-static void count_out(uvs_worker_t* w, uvs__kent_t* e) {
+/* With key_max_pending (lock held): e's count fell. Room for a blocked
+ * producer, and key_space_cb owed once a full key falls to half its
+ * bound. e->queued and e->full are atomics: a lane counts out the tasks
+ * of a key's run as they start, without the lock (uvs__keys_started). */
+void uvs__keys_counted_out(uvs_worker_t* w, uvs__kent_t* e) {
   uvs__keys_t* k;
 
-  if (w->key_max == 0)
-    return;
   k = w->keys;
-  e->queued--;
   k->news |= UVS__KEYS_ROOM;
-  if (e->full && e->queued <= w->key_max / 2) {
-    e->full = 0;
+  if (__atomic_load_n(&e->full, __ATOMIC_SEQ_CST) &&
+      __atomic_load_n(&e->queued, __ATOMIC_SEQ_CST) <= w->key_max / 2) {
+    __atomic_store_n(&e->full, 0, __ATOMIC_SEQ_CST);
     if (w->key_space_cb != NULL && !e->owed && !(w->flags & UVS__WF_CLOSING)) {
       e->owed = 1;
       uvs__queue_push(&k->owed, &e->owed_node);
       k->news |= UVS__KEYS_OWED;
     }
   }
+}
+
+
+/* With key_max_pending, one of e's queued tasks left the queue (lock
+ * held). */
+static void count_out(uvs_worker_t* w, uvs__kent_t* e) {
+  if (w->key_max == 0)
+    return;
+  __atomic_fetch_sub(&e->queued, 1, __ATOMIC_SEQ_CST);
+  uvs__keys_counted_out(w, e);
+}
+
+
+int uvs__keys_started(uvs_worker_t* w, uvs__kent_t* e) {
+  /* seq_cst, against a producer that marks the key full and then looks at
+   * the count again, and one that waits for room (bound.c): either it sees
+   * this task out, or this sees its mark. */
+  __atomic_fetch_sub(&e->queued, 1, __ATOMIC_SEQ_CST);
+  return __atomic_load_n(&e->full, __ATOMIC_SEQ_CST) ||
+         __atomic_load_n(&w->nwaiters, __ATOMIC_SEQ_CST) != 0;
 }
 
 
@@ -140,8 +159,8 @@ void uvs__keys_unpick(uvs_worker_t* w, uvs_task_t* t) {
       return;
     }
     e->taken = 0;
-    if (w->key_max != 0)
-      e->queued++; /* back in the queue: counted again, bound or not */
+    if (w->key_max != 0) /* back in the queue: counted again */
+      __atomic_fetch_add(&e->queued, 1, __ATOMIC_SEQ_CST);
   }
   ready_unshift(w, t);
 }
@@ -185,8 +204,9 @@ void uvs__keys_unlinked(uvs_worker_t* w, uvs_task_t* t) {
   e = uvs__kt_lookup(w->keys, t->key);
   if (e == NULL)
     return;
-  /* A picked task was counted out when it was picked. */
-  if (!((uintptr_t) t->node.prev & 1) && !(e->head == t && e->taken))
+  /* A picked head was counted out when it was picked; the rest of its
+   * key's run, in the lane's slots, counts out as each starts or leaves. */
+  if (!(e->head == t && e->taken))
     count_out(w, e);
   if (e->head == t && !e->taken)
     uvs__keys_release(w, e);
@@ -245,11 +265,37 @@ void uvs__keys_seeking(uvs_worker_t* w, int delta) {
 }
 
 
+/* The oldest task of the key's run that the lane holding it has not
+ * started, swapped for a tombstone, or NULL. The head, picked, counts as
+ * started. */
+static uvs_task_t* steal_from_run(uvs_worker_t* w, uvs__kent_t* e) {
+  uvs__lane_t* lane;
+  uvs_task_t* t;
+  unsigned i;
+  unsigned j;
+
+  for (i = 0; i < w->width; i++) {
+    lane = uvs__keys_lane(w, i);
+    if (!lane->active || lane->kent != e || lane->batch == NULL)
+      continue;
+    for (j = 1; j < lane->batch_len; j++)
+      if ((t = uvs__slot_steal(&lane->batch[j])) != NULL)
+        return t;
+    return NULL;
+  }
+  return NULL;
+}
+
+
 /* The key's oldest queued task, taken out and counted out, or NULL. */
 static uvs_task_t* take_key_oldest(uvs_worker_t* w, uvs__kent_t* e) {
   uvs__queue_t* q;
   uvs_task_t* t;
 
+  if (e->taken && (t = steal_from_run(w, e)) != NULL) {
+    count_out(w, e);
+    return t;
+  }
   if (e->head != NULL && !e->taken) {
     t = e->head;
     uvs__queue_remove(&t->node);
@@ -280,17 +326,23 @@ int uvs__keys_admit(uvs_worker_t* w, uvs_task_t* t, uvs_task_t** evicted) {
     if (e == NULL)
       return UV_ENOMEM;
   }
-  if (e->queued >= w->key_max) {
-    e->full = 1;
-    if (w->on_full != UVS_FULL_DROP_OLDEST)
-      return UV_EAGAIN;
-    /* The new task counts in first: the count never dips on the way, so
-     * an eviction owes no key_space_cb. */
-    e->queued++;
-    *evicted = take_key_oldest(w, e);
-    return 0;
+  if (__atomic_load_n(&e->queued, __ATOMIC_SEQ_CST) >= w->key_max) {
+    __atomic_store_n(&e->full, 1, __ATOMIC_SEQ_CST);
+    /* A lane that counted a task out just now may not have seen the
+     * mark: look again (uvs__keys_started). */
+    if (__atomic_load_n(&e->queued, __ATOMIC_SEQ_CST) < w->key_max) {
+      uvs__keys_counted_out(w, e);
+    } else {
+      if (w->on_full != UVS_FULL_DROP_OLDEST)
+        return UV_EAGAIN;
+      /* The new task counts in first: the count never dips on the way,
+       * so an eviction owes no key_space_cb. */
+      __atomic_fetch_add(&e->queued, 1, __ATOMIC_SEQ_CST);
+      *evicted = take_key_oldest(w, e);
+      return 0;
+    }
   }
-  e->queued++;
+  __atomic_fetch_add(&e->queued, 1, __ATOMIC_SEQ_CST);
   return 0;
 }
 
@@ -301,7 +353,7 @@ void uvs__keys_unadmit(uvs_worker_t* w, uvs_task_t* t) {
   if (t->key == 0)
     return;
   e = uvs__kt_lookup(w->keys, t->key);
-  e->queued--;
+  __atomic_fetch_sub(&e->queued, 1, __ATOMIC_SEQ_CST);
   uvs__kt_maybe_del(w->keys, e);
 }
 
@@ -317,7 +369,7 @@ int uvs__keys_reserve(uvs_worker_t* w, uvs_task_t* t) {
     if (e == NULL)
       return UV_ENOMEM;
   }
-  e->queued++;
+  __atomic_fetch_add(&e->queued, 1, __ATOMIC_SEQ_CST);
   return 0;
 }
 
@@ -343,7 +395,8 @@ int uvs__keys_key_full(uvs_worker_t* w, uint64_t key) {
   if (w->key_max == 0 || key == 0)
     return 0;
   e = uvs__kt_lookup(w->keys, key);
-  return e != NULL && e->queued >= w->key_max;
+  return e != NULL &&
+         __atomic_load_n(&e->queued, __ATOMIC_SEQ_CST) >= w->key_max;
 }
 
 

@@ -208,7 +208,8 @@ static void ent_del(uvs__keys_t* k, uvs__kent_t* e) {
 
 
 void uvs__kt_maybe_del(uvs__keys_t* k, uvs__kent_t* e) {
-  if (e->head == NULL && uvs__queue_empty(&e->q) && e->queued == 0 && !e->owed)
+  if (e->head == NULL && uvs__queue_empty(&e->q) &&
+      __atomic_load_n(&e->queued, __ATOMIC_RELAXED) == 0 && !e->owed)
     ent_del(k, e);
 }
 

@@ -19,7 +19,16 @@ typedef struct uvs__lane_s {
   uint64_t nended_run;
   uvs__kent_t* kent; /* the key entry of the task in its slot */
 } uvs__lane_t;
+/* With key_max_pending: a task of e's run, behind its picked head, starts
+ * in the lane that holds e, and counts out of its key. No lock needed.
+ * Returns 1 if a producer waits for room or the key was full: then the
+ * caller takes the lock and calls uvs__keys_counted_out(), then
+ * uvs__keys_space_check(). */
+int uvs__keys_started(uvs_worker_t* w, uvs__kent_t* e);
 /* Everything below needs the scheduler's lock. */
+/* e's count fell (with key_max_pending): room for blocked producers, and
+ * key_space_cb owed once a full key is down to half its bound. */
+void uvs__keys_counted_out(uvs_worker_t* w, uvs__kent_t* e);
 uvs__keys_t* uvs__keys_new(unsigned width);
 void uvs__keys_attach(uvs_worker_t* w, uvs__keys_t* keys);
 void uvs__keys_free(uvs_worker_t* w);

@@ -15,7 +15,7 @@
  * head is in kready or picked by a lane. Intake adds an entry only while
  * kready holds fewer than INTAKE_AHEAD tasks (nready), so at most that many
  * heads are in kready when it does.
- * Picked tasks: one in each lane, which takes one task at a time. */
+ * Picked heads: one in each lane, which holds one key at a time. */
 #define KEYS_ACTIVE(n) ((size_t) INTAKE_AHEAD + (n))
 
 struct uvs__kent_s {
@@ -27,8 +27,8 @@ struct uvs__kent_s {
   /* 0.3, key_max_pending: the key's tasks queued and not started, and
    * whether a schedule found it full (key_space_cb owed at key_max / 2)
    * and whether that callback is owed now (on owed, through owed_node). */
-  size_t queued;
-  int full;
+  size_t queued; /* atomic: lanes count a run's tasks out as they start */
+  int full;      /* atomic */
   int owed;
   uvs__queue_t owed_node;
 };

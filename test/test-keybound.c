@@ -1203,3 +1203,147 @@ TEST_IMPL(keybound_metrics_queued_doneless_running_wide) {
   doneless_running(2);
   return 0;
 }
+
+
+/* ---- a key's run in a lane ------------------------------------------------
+ *
+ * A lane takes a key's next tasks with its head, bounds or not. The head
+ * counts out of its key's bound as it is picked; the rest of the run
+ * still counts while it waits in the lane's slots, and counts out as each
+ * starts, or when a cancel or an eviction takes it from there. */
+
+#define RK 5
+static test_latch_t rk_started;
+static test_latch_t rk_release;
+static test_gate_t rk_gates[2];
+static uvs_task_t rk_tasks[RK];
+static atomic_int rk_runs[RK];
+static int rk_status[RK];
+static int rk_done;
+static int rk_order[RK];
+
+static void rk_run(uvs_task_t* task) {
+  atomic_fetch_add(&rk_runs[(intptr_t) task->data], 1);
+}
+
+
+static void rk_done_cb(uvs_task_t* task, int status) {
+  ASSERT(test_on_thread(loop_thread));
+  rk_status[(intptr_t) task->data] = status;
+  rk_order[rk_done++] = (int) (intptr_t) task->data;
+}
+
+
+static void rk_gate_done(uvs_task_t* task, int status) {
+  (void) task;
+  ASSERT_OK(status);
+  gate_done_calls++;
+}
+
+
+/* Gate 0 (the key's head) and, behind it, gate 1 or task 0 are scheduled
+ * on a width-2 worker with key_max_pending 2, and gate 0 is running: the
+ * lane took the one behind it into its batch, where it still counts. */
+static void rk_setup(uvs_full_t on_full, int gate_behind) {
+  int i;
+
+  open_loop(0);
+  open_worker(2, 2, on_full, 0);
+  test_latch_init(&rk_started);
+  test_latch_init(&rk_release);
+  for (i = 0; i < 2; i++) {
+    test_gate_init(&rk_gates[i], &rk_started, &rk_release, i + 1, rk_gate_done);
+    ASSERT_OK(uvs_task_set_key(&rk_gates[i].task, key_of(1)));
+  }
+  for (i = 0; i < RK; i++) {
+    ASSERT_OK(uvs_task_init(&rk_tasks[i], rk_run, rk_done_cb));
+    rk_tasks[i].data = (void*) (intptr_t) i;
+    ASSERT_OK(uvs_task_set_key(&rk_tasks[i], key_of(1)));
+  }
+  ASSERT_OK(uvs_schedule(&worker, &rk_gates[0].task));
+  ASSERT_OK(
+      uvs_schedule(&worker, gate_behind ? &rk_gates[1].task : &rk_tasks[0]));
+  TEST_RUN_UNTIL(&loop, test_latch_count(&rk_started) == 1);
+}
+
+
+static void rk_teardown(void) {
+  TEST_CLOSE_SCHED_AND_LOOP(&loop, &sched, UVS_CANCEL);
+  test_latch_destroy(&rk_started);
+  test_latch_destroy(&rk_release);
+}
+
+
+/* A short head, then gate 1 in the lane's run: both count until picked or
+ * started, and once gate 1 has started (from the run, the head having
+ * left its slice to spare) the key holds nothing. */
+TEST_IMPL(keybound_run_counts_out_as_it_starts) {
+  int i;
+
+  open_loop(0);
+  open_worker(2, 2, UVS_FULL_REJECT, 0);
+  test_latch_init(&rk_started);
+  test_latch_init(&rk_release);
+  test_gate_init(&rk_gates[1], &rk_started, &rk_release, 1, rk_gate_done);
+  ASSERT_OK(uvs_task_set_key(&rk_gates[1].task, key_of(1)));
+  for (i = 0; i < RK; i++) {
+    ASSERT_OK(uvs_task_init(&rk_tasks[i], rk_run, rk_done_cb));
+    rk_tasks[i].data = (void*) (intptr_t) i;
+    ASSERT_OK(uvs_task_set_key(&rk_tasks[i], key_of(1)));
+  }
+  ASSERT_OK(uvs_schedule(&worker, &rk_tasks[0]));
+  ASSERT_OK(uvs_schedule(&worker, &rk_gates[1].task));
+  ASSERT_ERR(uvs_schedule(&worker, &rk_tasks[1]), UV_EAGAIN);
+  TEST_RUN_UNTIL(&loop, test_latch_count(&rk_started) == 1);
+  ASSERT_OK(uvs_schedule(&worker, &rk_tasks[1]));
+  ASSERT_OK(uvs_schedule(&worker, &rk_tasks[2]));
+  ASSERT_ERR(uvs_schedule(&worker, &rk_tasks[3]), UV_EAGAIN);
+  test_latch_add(&rk_release, 1);
+  TEST_RUN_UNTIL(&loop, rk_done == 3 && gate_done_calls == 1);
+  for (i = 0; i < 3; i++) {
+    ASSERT_EQ(rk_order[i], i);
+    ASSERT_OK(rk_status[i]);
+  }
+  ASSERT_EQ(atomic_load(&rk_runs[3]), 0);
+  rk_teardown();
+  return 0;
+}
+
+
+/* DROP_OLDEST evicts the key's oldest task not started: the one in the
+ * lane's run, not the ones queued after it. */
+TEST_IMPL(keybound_drop_oldest_from_run) {
+  rk_setup(UVS_FULL_DROP_OLDEST, 0);
+  ASSERT_OK(uvs_schedule(&worker, &rk_tasks[1]));
+  ASSERT_OK(uvs_schedule(&worker, &rk_tasks[2])); /* evicts task 0 */
+  TEST_RUN_UNTIL(&loop, rk_done == 1);
+  ASSERT_EQ(rk_order[0], 0);
+  ASSERT_ERR(rk_status[0], UV_ENOBUFS);
+  test_latch_add(&rk_release, 1);
+  TEST_RUN_UNTIL(&loop, rk_done == 3 && gate_done_calls == 1);
+  ASSERT_EQ(atomic_load(&rk_runs[0]), 0);
+  ASSERT_EQ(rk_order[1], 1);
+  ASSERT_EQ(rk_order[2], 2);
+  ASSERT_OK(rk_status[1]);
+  ASSERT_OK(rk_status[2]);
+  rk_teardown();
+  return 0;
+}
+
+
+/* A cancel of the task in the lane's run counts it out of its key. */
+TEST_IMPL(keybound_cancel_from_run) {
+  rk_setup(UVS_FULL_REJECT, 0);
+  ASSERT_OK(uvs_task_cancel(&rk_tasks[0]));
+  ASSERT_OK(uvs_schedule(&worker, &rk_tasks[1]));
+  ASSERT_OK(uvs_schedule(&worker, &rk_tasks[2]));
+  ASSERT_ERR(uvs_schedule(&worker, &rk_tasks[3]), UV_EAGAIN);
+  test_latch_add(&rk_release, 1);
+  TEST_RUN_UNTIL(&loop, rk_done == 3 && gate_done_calls == 1);
+  ASSERT_ERR(rk_status[0], UV_ECANCELED);
+  ASSERT_EQ(atomic_load(&rk_runs[0]), 0);
+  ASSERT_EQ(rk_order[1], 1);
+  ASSERT_EQ(rk_order[2], 2);
+  rk_teardown();
+  return 0;
+}
