@@ -315,6 +315,7 @@ static uvs_task_t* take_key_oldest(uvs_worker_t* w, uvs__kent_t* e) {
 int uvs__keys_admit(uvs_worker_t* w, uvs_task_t* t, uvs_task_t** evicted) {
   uvs__keys_t* k;
   uvs__kent_t* e;
+  int was_full;
 
   *evicted = NULL;
   if (t->key == 0)
@@ -327,11 +328,13 @@ int uvs__keys_admit(uvs_worker_t* w, uvs_task_t* t, uvs_task_t** evicted) {
       return UV_ENOMEM;
   }
   if (__atomic_load_n(&e->queued, __ATOMIC_SEQ_CST) >= w->key_max) {
-    __atomic_store_n(&e->full, 1, __ATOMIC_SEQ_CST);
+    was_full = __atomic_exchange_n(&e->full, 1, __ATOMIC_SEQ_CST);
     /* A lane that counted a task out just now may not have seen the
-     * mark: look again (uvs__keys_started). */
+     * mark: look again (uvs__keys_started). With room after all, this
+     * schedule found the key not full, and owes nobody a callback. */
     if (__atomic_load_n(&e->queued, __ATOMIC_SEQ_CST) < w->key_max) {
-      uvs__keys_counted_out(w, e);
+      if (!was_full)
+        __atomic_store_n(&e->full, 0, __ATOMIC_SEQ_CST);
     } else {
       if (w->on_full != UVS_FULL_DROP_OLDEST)
         return UV_EAGAIN;
