@@ -3,9 +3,9 @@
 
 Each file may call functions defined in files below it in the order that
 src/internal.h lays out; no file may reach a file that reaches it back (a
-circle). uvs__kick() in loop.c is the one documented upward call, as
-libuv's threadpool.c calls uv_async_send(). Prints the file graph and exits
-1 on a circle.
+circle). uvs__kick() and uvs__kick_ready() in loop.c are the documented
+upward calls, as libuv's threadpool.c calls uv_async_send(). Prints the
+file graph and exits 1 on a circle.
 """
 import pathlib
 import re

@@ -55,7 +55,6 @@ static uvs_task_t* take_oldest(uvs_worker_t* w) {
         return t;
     }
   }
-  (void) uvs__inbox_flush(w);
   return uvs__inbox_take(w, 1);
 }
 

@@ -8,8 +8,8 @@
  * of a singly-linked inbox, so it first flushes the inbox into the FIFO, a
  * doubly-linked list; each task is flushed at most once, so that costs O(1)
  * per task over its life. Nobody waits under the lock for a producer
- * between its two steps: a flush stops there and says so, and the caller
- * looks again later (a cancel after letting the lock go, a close at its
+ * between its two steps: a flush stops there, and the caller looks again
+ * later (a cancel after letting the lock go, a close at its
  * next sweep).
  */
 
@@ -91,14 +91,11 @@ static uvs__queue_t* pop(uvs_worker_t* w, int* busy, int last) {
 }
 
 
-int uvs__inbox_flush(uvs_worker_t* w) {
+void uvs__inbox_flush(uvs_worker_t* w) {
   uvs__queue_t* n;
   int busy;
 
-  for (;;) {
-    n = pop(w, &busy, 1);
-    if (n == NULL)
-      return busy;
+  while ((n = pop(w, &busy, 1)) != NULL) {
     w->nsched++;
     uvs__queue_push(&w->fifo, n);
   }

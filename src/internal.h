@@ -95,10 +95,9 @@ int uvs__inbox_nonempty(uvs_worker_t* worker);
  * closing. */
 int uvs__inbox_await(uvs_worker_t* w, uvs__queue_t* tail, unsigned us);
 /* Lock held: moves what producers have linked to the FIFO's tail, without
- * waiting. Returns 1 if it stopped at a producer that has swapped itself in
- * as the tail but not linked yet (it and those behind it stay in the
- * inbox), else 0. */
-int uvs__inbox_flush(uvs_worker_t* worker);
+ * waiting: it stops at a producer that has swapped itself in as the tail
+ * but not linked yet (it and those behind it stay in the inbox). */
+void uvs__inbox_flush(uvs_worker_t* worker);
 /* Lock held: the oldest queued task, or NULL. With last = 0 it leaves the
  * inbox's newest task where it is: taking it means swapping the tail that
  * producers are swapping too, which a drain that has other tasks to run can
@@ -293,7 +292,7 @@ static inline int uvs__on_loop_thread(const uvs_sched_t* s) {
 /* ---- loop.c ------------------------------------------------------------ */
 typedef struct uvs__runner_s uvs__runner_t;
 /* Asks the loop thread to process the scheduler soon. Any thread, no lock
- * needed: the one call upward from the files below. */
+ * needed: with uvs__kick_ready(), the calls upward from the files below. */
 void uvs__kick(uvs_sched_t* sched);
 /* A pool worker was listed ready (lock held, any thread). In the loop's
  * poll phase, where I/O callbacks schedule, its drain is posted within
