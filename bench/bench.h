@@ -324,10 +324,17 @@ void bench_bridge_close(bench_bridge_t* b); /* loop thread */
 
 /* ---- shared scenario pieces (scenarios-pool.c) --------------------------- */
 
+/* Calls fn(arg) on the loop thread, then runs the loop until it has
+ * nothing left: before uv_run() if in_cb is 0, or, if it is 1, from an
+ * uv_async_t's callback inside uv_run(), which is where a server
+ * schedules (read and async callbacks run in the loop's poll phase). */
+void bench_submit(uv_loop_t* loop, int in_cb, void (*fn)(void*), void* arg);
+
 /* Round-robin load from the loop thread: per tasks for each of nworkers
  * pool workers, scheduled as task r of every worker, then task r + 1, ...
  * (nworkers == 1 is a plain stream). tasks holds nworkers * per entries.
- * Runs the loop until the last run and checks order and count. */
+ * Runs the loop until the last run and checks order and count. in_cb says
+ * where the schedule calls are made (bench_submit). */
 typedef struct bench_rr_s {
   uv_loop_t* loop;
   uvs_worker_t* workers;
@@ -336,7 +343,9 @@ typedef struct bench_rr_s {
   size_t per;
   bench_utask_t* tasks;
   bench_count_t count;
+  int in_cb;
   /* out */
+  int err;
   uint64_t t0;
   uint64_t t_end;
   uint64_t cpu; /* process CPU from the first schedule to uv_run's return */

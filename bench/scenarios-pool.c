@@ -34,14 +34,64 @@ static void sched_open(uv_loop_t* loop,
 }
 
 
-double bench_rr_uvs(bench_rr_t* rr, const char* where) {
-  size_t total;
+typedef struct {
+  uv_async_t async;
+  void (*fn)(void*);
+  void* arg;
+} submit_t;
+
+
+static void submit_cb(uv_async_t* handle) {
+  submit_t* sub;
+
+  sub = handle->data;
+  sub->fn(sub->arg);
+  uv_close((uv_handle_t*) handle, NULL);
+}
+
+
+void bench_submit(uv_loop_t* loop, int in_cb, void (*fn)(void*), void* arg) {
+  submit_t sub;
+
+  if (!in_cb) {
+    fn(arg);
+    uv_run(loop, UV_RUN_DEFAULT);
+    return;
+  }
+  sub.fn = fn;
+  sub.arg = arg;
+  sub.async.data = &sub;
+  if (uv_async_init(loop, &sub.async, submit_cb) != 0 ||
+      uv_async_send(&sub.async) != 0)
+    abort();
+  uv_run(loop, UV_RUN_DEFAULT);
+}
+
+
+static void rr_uvs_submit(void* arg) {
+  bench_rr_t* rr;
+  bench_utask_t* t;
   size_t r;
   size_t w;
-  size_t i;
-  bench_utask_t* t;
+
+  rr = arg;
+  for (r = 0; r < rr->per; r++) {
+    for (w = 0; w < rr->nworkers; w++) {
+      t = &rr->tasks[r * rr->nworkers + w];
+      uvs_task_init(&t->task, bench_utask_run, NULL);
+      t->task.data = &rr->lanes[w];
+      t->seq = r;
+      rr->err = uvs_schedule(&rr->workers[w], &t->task);
+      if (rr->err != 0)
+        return;
+    }
+  }
+}
+
+
+double bench_rr_uvs(bench_rr_t* rr, const char* where) {
+  size_t total;
   uint64_t cpu0;
-  int err;
 
   total = rr->nworkers * rr->per;
   bench_count_reset(&rr->count, total);
@@ -50,24 +100,14 @@ double bench_rr_uvs(bench_rr_t* rr, const char* where) {
 
   cpu0 = bench_process_cpu();
   rr->t0 = uv_hrtime();
-  for (r = 0; r < rr->per; r++) {
-    for (w = 0; w < rr->nworkers; w++) {
-      i = r * rr->nworkers + w;
-      t = &rr->tasks[i];
-      uvs_task_init(&t->task, bench_utask_run, NULL);
-      t->task.data = &rr->lanes[w];
-      t->seq = r;
-      err = uvs_schedule(&rr->workers[w], &t->task);
-      if (err != 0) {
-        bench_fail("%s: uvs_schedule: %s", where, uv_strerror(err));
-        uv_run(rr->loop, UV_RUN_DEFAULT);
-        return NAN;
-      }
-    }
-  }
-  uv_run(rr->loop, UV_RUN_DEFAULT);
+  rr->err = 0;
+  bench_submit(rr->loop, rr->in_cb, rr_uvs_submit, rr);
   rr->cpu = bench_process_cpu() - cpu0;
   rr->t_end = bench_count_end(&rr->count);
+  if (rr->err != 0) {
+    bench_fail("%s: uvs_schedule: %s", where, uv_strerror(rr->err));
+    return NAN;
+  }
 
   if (bench_count_ran(&rr->count) != total) {
     bench_fail("%s: %llu of %zu tasks ran", where,
@@ -79,11 +119,32 @@ double bench_rr_uvs(bench_rr_t* rr, const char* where) {
 }
 
 
+typedef struct {
+  bench_rr_t* rr;
+  bench_raw_ctx_t* ctx;
+  bench_raw_t* raw;
+  size_t total;
+} raw_submit_t;
+
+
+static void rr_raw_submit(void* arg) {
+  raw_submit_t* rs;
+  size_t i;
+
+  rs = arg;
+  for (i = 0; i < rs->total; i++) {
+    rs->raw[i].idx = (uint32_t) i;
+    bench_raw_submit(rs->rr->loop, rs->ctx, &rs->raw[i]);
+  }
+}
+
+
 double bench_rr_raw(bench_rr_t* rr,
                     bench_raw_t* raw,
                     unsigned char* hits,
                     const char* where) {
   bench_raw_ctx_t ctx;
+  raw_submit_t rs;
   size_t total;
   size_t i;
   uint64_t cpu0;
@@ -93,15 +154,15 @@ double bench_rr_raw(bench_rr_t* rr,
   memset(hits, 0, total);
   ctx.count = &rr->count;
   ctx.hits = hits;
+  rs.rr = rr;
+  rs.ctx = &ctx;
+  rs.raw = raw;
+  rs.total = total;
   bench_arm(where);
 
   cpu0 = bench_process_cpu();
   rr->t0 = uv_hrtime();
-  for (i = 0; i < total; i++) {
-    raw[i].idx = (uint32_t) i;
-    bench_raw_submit(rr->loop, &ctx, &raw[i]);
-  }
-  uv_run(rr->loop, UV_RUN_DEFAULT);
+  bench_submit(rr->loop, rr->in_cb, rr_raw_submit, &rs);
   rr->cpu = bench_process_cpu() - cpu0;
   rr->t_end = bench_count_end(&rr->count);
 
@@ -115,32 +176,54 @@ double bench_rr_raw(bench_rr_t* rr,
 }
 
 
-/* The naive ordered worker fed from the loop thread. */
+typedef struct {
+  bench_naive_t* q;
+  bench_ntask_t* tasks;
+  bench_lane_t* lane;
+  size_t n;
+} naive_submit_t;
+
+
+static void naive_submit(void* arg) {
+  naive_submit_t* ns;
+  size_t i;
+
+  ns = arg;
+  for (i = 0; i < ns->n; i++) {
+    ns->tasks[i].node.run = bench_ntask_run;
+    ns->tasks[i].lane = ns->lane;
+    ns->tasks[i].seq = i;
+    bench_naive_push(ns->q, &ns->tasks[i].node);
+  }
+}
+
+
+/* The naive ordered worker fed from the loop thread (in_cb as in
+ * bench_submit). */
 static double naive_one(uv_loop_t* loop,
                         bench_naive_t* q,
                         bench_ntask_t* tasks,
                         size_t n,
+                        int in_cb,
                         uint64_t* cpu,
                         const char* where) {
   bench_count_t count;
   bench_lane_t lane;
+  naive_submit_t ns;
   uint64_t t0;
   uint64_t cpu0;
-  size_t i;
 
   bench_count_reset(&count, n);
   bench_lanes_reset(&lane, 1, &count);
+  ns.q = q;
+  ns.tasks = tasks;
+  ns.lane = &lane;
+  ns.n = n;
   bench_arm(where);
 
   cpu0 = bench_process_cpu();
   t0 = uv_hrtime();
-  for (i = 0; i < n; i++) {
-    tasks[i].node.run = bench_ntask_run;
-    tasks[i].lane = &lane;
-    tasks[i].seq = i;
-    bench_naive_push(q, &tasks[i].node);
-  }
-  uv_run(loop, UV_RUN_DEFAULT);
+  bench_submit(loop, in_cb, naive_submit, &ns);
   *cpu = bench_process_cpu() - cpu0;
 
   if (bench_count_ran(&count) != n) {
@@ -154,7 +237,19 @@ static double naive_one(uv_loop_t* loop,
 
 
 /* ---- s1: one pool worker, from the loop thread ----------------------------
+ * Twice: scheduled before uv_run() (where libuv starts the baselines'
+ * uv_queue_work at once and uvsched's drain waits for the loop to run),
+ * then from an I/O callback inside uv_run(), where servers schedule.
  */
+
+static const char* const s1_names[2][6] = {
+    {"s1.raw", "1 pool worker, from loop, vs raw uv_queue_work", "s1.naive",
+     "1 pool worker, from loop, vs naive ordered", "s1", "s1.cpu"},
+    {"s1.cb.raw", "1 pool worker, from an I/O callback, vs raw uv_queue_work",
+     "s1.cb.naive", "1 pool worker, from an I/O callback, vs naive ordered",
+     "s1.cb", "s1.cb.cpu"},
+};
+
 
 void bench_s1_pool_one(const bench_cfg_t* cfg) {
   uv_loop_t loop;
@@ -172,6 +267,7 @@ void bench_s1_pool_one(const bench_cfg_t* cfg) {
   bench_row_t* drains_row;
   uvs_stats_t st0;
   uvs_stats_t st1;
+  const char* const* nm;
   double u[BENCH_MAX_RUNS];
   double cpu_u[BENCH_MAX_RUNS];
   double cpu_r[BENCH_MAX_RUNS];
@@ -180,23 +276,15 @@ void bench_s1_pool_one(const bench_cfg_t* cfg) {
   double posts[BENCH_MAX_RUNS];
   double r_rate;
   double n_rate;
+  char what[64];
   uint64_t cpu;
   uint64_t posts0;
   size_t n;
+  int cb;
   int run;
   int i;
 
   n = cfg->pool_tasks;
-  vs_raw = bench_row("s1.raw", "1 pool worker, from loop, vs raw uv_queue_work",
-                     "tasks/s", BENCH_GE, 5.0, 0);
-  vs_naive = bench_row("s1.naive", "1 pool worker, from loop, vs naive ordered",
-                       "tasks/s", BENCH_GE, 2.5, 0);
-  /* Issue item 9, measured under this load. */
-  drains_row = bench_row("s9.drains-loop",
-                         "pool submissions, loop -> 1 pool "
-                         "worker, vs naive",
-                         "per 1000 tasks", BENCH_INFO, NAN, 0);
-
   utasks = bench_alloc(n, sizeof(*utasks));
   ntasks = bench_alloc(n, sizeof(*ntasks));
   raw = bench_alloc(n, sizeof(*raw));
@@ -213,41 +301,59 @@ void bench_s1_pool_one(const bench_cfg_t* cfg) {
   rr.per = n;
   rr.tasks = utasks;
 
-  for (run = 0; run < cfg->runs; run++) {
-    u[run] = r_rate = n_rate = NAN;
-    drains[run] = posts[run] = NAN;
-    for (i = 0; i < 3; i++) {
-      switch (bench_order(run, 3, i)) {
-        case 0:
-          uvs_sched_stats(&sched, &st0);
-          u[run] = bench_rr_uvs(&rr, "s1 uvsched");
-          uvs_sched_stats(&sched, &st1);
-          cpu_u[run] = (double) rr.cpu / (double) n;
-          drains[run] = (double) (st1.drains - st0.drains) * 1000.0 / n;
-          bench_note(cfg, "s1.uvsched", run, u[run], "tasks/s");
-          break;
-        case 1:
-          r_rate = bench_rr_raw(&rr, raw, hits, "s1 raw uv_queue_work");
-          cpu_r[run] = (double) rr.cpu / (double) n;
-          bench_note(cfg, "s1.raw", run, r_rate, "tasks/s");
-          break;
-        default:
-          posts0 = naive.posts;
-          n_rate = naive_one(&loop, &naive, ntasks, n, &cpu, "s1 naive");
-          cpu_n[run] = (double) cpu / (double) n;
-          posts[run] = (double) (naive.posts - posts0) * 1000.0 / n;
-          bench_note(cfg, "s1.naive", run, n_rate, "tasks/s");
-          break;
+  for (cb = 0; cb < 2; cb++) {
+    nm = s1_names[cb];
+    rr.in_cb = cb;
+    vs_raw = bench_row(nm[0], nm[1], "tasks/s", BENCH_GE, 5.0, 0);
+    vs_naive = bench_row(nm[2], nm[3], "tasks/s", BENCH_GE, 2.5, 0);
+    /* Issue item 9, measured under this load. */
+    drains_row = cb != 0 ? NULL
+                         : bench_row("s9.drains-loop",
+                                     "pool submissions, loop -> 1 pool "
+                                     "worker, vs naive",
+                                     "per 1000 tasks", BENCH_INFO, NAN, 0);
+    for (run = 0; run < cfg->runs; run++) {
+      u[run] = r_rate = n_rate = NAN;
+      drains[run] = posts[run] = NAN;
+      for (i = 0; i < 3; i++) {
+        switch (bench_order(run, 3, i)) {
+          case 0:
+            uvs_sched_stats(&sched, &st0);
+            u[run] = bench_rr_uvs(&rr, "s1 uvsched");
+            uvs_sched_stats(&sched, &st1);
+            cpu_u[run] = (double) rr.cpu / (double) n;
+            drains[run] = (double) (st1.drains - st0.drains) * 1000.0 / n;
+            snprintf(what, sizeof(what), "%s.uvsched", nm[4]);
+            bench_note(cfg, what, run, u[run], "tasks/s");
+            break;
+          case 1:
+            r_rate = bench_rr_raw(&rr, raw, hits, "s1 raw uv_queue_work");
+            cpu_r[run] = (double) rr.cpu / (double) n;
+            snprintf(what, sizeof(what), "%s.raw", nm[4]);
+            bench_note(cfg, what, run, r_rate, "tasks/s");
+            break;
+          default:
+            posts0 = naive.posts;
+            n_rate = naive_one(&loop, &naive, ntasks, n, cb, &cpu, "s1 naive");
+            cpu_n[run] = (double) cpu / (double) n;
+            posts[run] = (double) (naive.posts - posts0) * 1000.0 / n;
+            snprintf(what, sizeof(what), "%s.naive", nm[4]);
+            bench_note(cfg, what, run, n_rate, "tasks/s");
+            break;
+        }
       }
+      bench_row_add(vs_raw, u[run], r_rate);
+      bench_row_add(vs_naive, u[run], n_rate);
+      if (drains_row != NULL)
+        bench_row_add(drains_row, drains[run], posts[run]);
     }
-    bench_row_add(vs_raw, u[run], r_rate);
-    bench_row_add(vs_naive, u[run], n_rate);
-    bench_row_add(drains_row, drains[run], posts[run]);
+    snprintf(what, sizeof(what), "%s.uvsched", nm[5]);
+    bench_figure(what, bench_median(cpu_u, cfg->runs), "ns/task");
+    snprintf(what, sizeof(what), "%s.raw", nm[5]);
+    bench_figure(what, bench_median(cpu_r, cfg->runs), "ns/task");
+    snprintf(what, sizeof(what), "%s.naive", nm[5]);
+    bench_figure(what, bench_median(cpu_n, cfg->runs), "ns/task");
   }
-
-  bench_figure("s1.cpu.uvsched", bench_median(cpu_u, cfg->runs), "ns/task");
-  bench_figure("s1.cpu.raw", bench_median(cpu_r, cfg->runs), "ns/task");
-  bench_figure("s1.cpu.naive", bench_median(cpu_n, cfg->runs), "ns/task");
 
   bench_check_stats(&sched, "s1");
   bench_naive_close(&naive);

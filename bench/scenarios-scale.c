@@ -1,7 +1,9 @@
 /* s7: costs that must not grow with scale. (a) Per-task cost of the same
- * load spread over 100,000 pool workers against one worker. (b) Schedule +
+ * load spread over 100,000 pool workers against one worker, and against
+ * raw uv_queue_work (one request per task, unordered). (b) Schedule +
  * cancel of delayed tasks with 10,000,000 others pending against 1,000.
- * Both sides of each row are uvsched; the small case is the baseline.
+ * But for the raw row, both sides of each row are uvsched; the small case
+ * is the baseline.
  */
 
 #include "bench.h"
@@ -146,7 +148,11 @@ void bench_s7_scale(const bench_cfg_t* cfg) {
   uint64_t* delays;
   pairs_ctx_t ctx;
   bench_row_t* workers_row;
+  bench_row_t* raw_row;
   bench_row_t* pending_row;
+  bench_raw_t* raw;
+  unsigned char* hits;
+  double c;
   uvs_stats_t st;
   uint64_t t0;
   int closed;
@@ -162,6 +168,10 @@ void bench_s7_scale(const bench_cfg_t* cfg) {
                           "per-task cost, 1M tasks over 100k "
                           "pool workers, vs 1 worker",
                           "ns/task", BENCH_LE, 1.5, 0);
+  raw_row = bench_row("s7.raw",
+                      "per-task cost, 1M tasks over 100k pool workers, "
+                      "vs raw uv_queue_work (1M requests)",
+                      "ns/task", BENCH_LE, 0.75, 0);
   pending_row = bench_row("s7.pending",
                           "schedule_after + cancel with 10M "
                           "pending, vs 1k pending",
@@ -174,6 +184,8 @@ void bench_s7_scale(const bench_cfg_t* cfg) {
   many = bench_alloc(cfg->scale_workers, sizeof(*many));
   lanes = bench_alloc(cfg->scale_workers, sizeof(*lanes));
   utasks = bench_alloc(cfg->scale_workers * per, sizeof(*utasks));
+  raw = bench_alloc(cfg->scale_workers * per, sizeof(*raw));
+  hits = bench_alloc(cfg->scale_workers * per, 1);
   bench_loop_init(&loop);
   if (uvs_sched_init(&loop, &s_one, NULL) != 0 ||
       uvs_worker_init(&s_one, &one, UVS_POOL) != 0 ||
@@ -195,22 +207,32 @@ void bench_s7_scale(const bench_cfg_t* cfg) {
   rr_many.per = per;
 
   for (run = 0; run < cfg->runs; run++) {
-    a = b = NAN;
-    for (k = 0; k < 2; k++) {
-      if (bench_order(run, 2, k) == 0) {
-        a = 1e9 / bench_rr_uvs(&rr_many, "s7 100k workers");
-        bench_note(cfg, "s7.workers.many", run, a, "ns/task");
-      } else {
-        b = 1e9 / bench_rr_uvs(&rr_one, "s7 1 worker");
-        bench_note(cfg, "s7.workers.one", run, b, "ns/task");
+    a = b = c = NAN;
+    for (k = 0; k < 3; k++) {
+      switch (bench_order(run, 3, k)) {
+        case 0:
+          a = 1e9 / bench_rr_uvs(&rr_many, "s7 100k workers");
+          bench_note(cfg, "s7.workers.many", run, a, "ns/task");
+          break;
+        case 1:
+          b = 1e9 / bench_rr_uvs(&rr_one, "s7 1 worker");
+          bench_note(cfg, "s7.workers.one", run, b, "ns/task");
+          break;
+        default:
+          c = 1e9 / bench_rr_raw(&rr_many, raw, hits, "s7 raw uv_queue_work");
+          bench_note(cfg, "s7.raw", run, c, "ns/task");
+          break;
       }
     }
     bench_row_add(workers_row, a, b);
+    bench_row_add(raw_row, a, c);
   }
   bench_check_stats(&s_one, "s7 1 worker");
   bench_check_stats(&s_many, "s7 100k workers");
   bench_sched_close(&loop, &s_one, "s7 1 worker");
   bench_sched_close(&loop, &s_many, "s7 100k workers");
+  bench_free(hits);
+  bench_free(raw);
   bench_free(utasks);
   bench_free(lanes);
   bench_free(many);
