@@ -347,6 +347,7 @@ typedef struct bench_rr_s {
   /* out */
   int err;
   uint64_t t0;
+  uint64_t t_sched; /* in_cb 0: uv_hrtime() once the last schedule returned */
   uint64_t t_end;
   uint64_t cpu; /* process CPU from the first schedule to uv_run's return */
 } bench_rr_t;

@@ -86,6 +86,7 @@ static void rr_uvs_submit(void* arg) {
         return;
     }
   }
+  rr->t_sched = uv_hrtime();
 }
 
 

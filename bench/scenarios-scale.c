@@ -132,6 +132,12 @@ static double pend_pairs(uv_loop_t* loop,
 }
 
 
+/* ns per schedule call of the last bench_rr_uvs() of rr. */
+static double per_task(const bench_rr_t* rr) {
+  return (double) (rr->t_sched - rr->t0) / (double) (rr->nworkers * rr->per);
+}
+
+
 void bench_s7_scale(const bench_cfg_t* cfg) {
   uv_loop_t loop;
   uvs_sched_t s_one;
@@ -153,6 +159,8 @@ void bench_s7_scale(const bench_cfg_t* cfg) {
   bench_raw_t* raw;
   unsigned char* hits;
   double c;
+  double sched_many[BENCH_MAX_RUNS];
+  double sched_one[BENCH_MAX_RUNS];
   uvs_stats_t st;
   uint64_t t0;
   int closed;
@@ -212,10 +220,12 @@ void bench_s7_scale(const bench_cfg_t* cfg) {
       switch (bench_order(run, 3, k)) {
         case 0:
           a = 1e9 / bench_rr_uvs(&rr_many, "s7 100k workers");
+          sched_many[run] = per_task(&rr_many);
           bench_note(cfg, "s7.workers.many", run, a, "ns/task");
           break;
         case 1:
           b = 1e9 / bench_rr_uvs(&rr_one, "s7 1 worker");
+          sched_one[run] = per_task(&rr_one);
           bench_note(cfg, "s7.workers.one", run, b, "ns/task");
           break;
         default:
@@ -227,6 +237,12 @@ void bench_s7_scale(const bench_cfg_t* cfg) {
     bench_row_add(workers_row, a, b);
     bench_row_add(raw_row, a, c);
   }
+  /* The schedule calls alone, made before uv_run() with no drain running:
+   * what a schedule costs when its worker is cold. */
+  bench_figure("s7.schedule.many", bench_median(sched_many, cfg->runs),
+               "ns/task");
+  bench_figure("s7.schedule.one", bench_median(sched_one, cfg->runs),
+               "ns/task");
   bench_check_stats(&s_one, "s7 1 worker");
   bench_check_stats(&s_many, "s7 100k workers");
   bench_sched_close(&loop, &s_one, "s7 1 worker");

@@ -57,7 +57,7 @@ void uvs__hist_add(uvs_hist_t* h, uint64_t ns);
 /* A task of w became ready (queued or due): with metrics, when, in us,
  * kept in its status until it starts. */
 static inline void uvs__mark_ready(const uvs_worker_t* w, uvs_task_t* t) {
-  if (w->hists != NULL || w->max_wait_us != 0)
+  if (w->max_wait_us != 0 || (w->counting && w->hists != NULL))
     t->status = (int) (uint32_t) (uvs__hrtime_late() / 1000);
 }
 

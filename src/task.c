@@ -177,7 +177,7 @@ static int accept_now(uvs_worker_t* w,
       return err;
   }
   t->status = 0;
-  if (w->key_max != 0) {
+  if (w->keys != NULL && w->key_max != 0) {
     err = accept_filed(w, t, flags, claimed, prev);
     if (err == UV_EAGAIN && count)
       uvs__add_sc(&w->nrejected, 1);

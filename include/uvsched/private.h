@@ -25,29 +25,34 @@ struct uvs__queue_s {
   unsigned state;                                    \
   int status; /* the hand-back's; while queued, when it became ready (us) */
 
-/* Three groups: what every schedule call reads (set at init and close),
- * what producers write per task, and, 64 bytes on, what the drains write
- * under the lock or alone. The pad keeps a drain's writes and a producer's
- * off one cache line wherever the struct starts; the read-mostly group sits
- * with the producers' few words, which every producer touches anyway. */
+/* Three groups: what a schedule call reads and writes, what drains write,
+ * and a 64-byte pad between them, so that a drain's writes and a
+ * producer's never share a cache line wherever the struct starts. A
+ * schedule onto a plain worker touches only the struct's first 64 bytes
+ * (the public fields, then the private ones through max_wait_us): one
+ * cache line, two where the struct does not start on one, which is what a
+ * server with a worker per connection pays per schedule when its workers
+ * are cold. */
 #define UVS_WORKER_PRIVATE_FIELDS                                             \
   /* Read by every schedule call, written only by init and close. */          \
-  uv_thread_t thread; /* its loop's thread, so callers need not read sched */ \
   unsigned closed;    /* atomic */                                            \
   unsigned flags;     /* atomic loads, stores under the lock */               \
-  /* 0.2 (uvs_worker_init_ex). Options, set at init. */                       \
-  int counting; /* max_pending or metrics: queued tasks are counted */        \
-  unsigned width;                                                             \
-  unsigned on_full;                                                           \
-  uint32_t max_wait_us; /* 0.3: max_wait_ms in us; UINT32_MAX = never */      \
-  size_t max_pending;                                                         \
-  size_t key_max;             /* 0.3: key_max_pending */                      \
-  struct uvs__keys_s* keys;   /* width > 1: lanes and the key table */        \
-  struct uvs__hists_s* hists; /* with metrics: wait and run histograms */     \
-  /* Producer side: written by schedule calls on any thread. */               \
+  int counting;       /* max_pending or metrics: queued tasks are counted */  \
+  uv_thread_t thread; /* its loop's thread, so callers need not read sched */ \
+  struct uvs__keys_s* keys; /* width > 1: lanes and the key table */          \
+  /* Written by producers per task. */                                        \
   struct uvs__queue_s* inbox_tail; /* atomic: MPSC inbox, producers swap */   \
   unsigned state;                  /* atomic: idle or scheduled */            \
-  unsigned inflight;               /* atomic: callers pinned by count */      \
+  /* Options (0.2, uvs_worker_init_ex; 0.3), set at init, read by schedule    \
+   * calls onto workers that use them. */                                     \
+  uint32_t max_wait_us; /* max_wait_ms in us; 0 = off, UINT32_MAX = never */  \
+  size_t key_max;       /* key_max_pending */                                 \
+  struct uvs__hists_s* hists; /* with metrics: wait and run histograms */     \
+  size_t max_pending;                                                         \
+  unsigned width;                                                             \
+  unsigned on_full;                                                           \
+  /* Written by producers on the workers that use them. */                    \
+  unsigned inflight;     /* atomic: callers pinned by count */                \
   unsigned lanes_active; /* atomic, stores under the lock: width > 1 */       \
   char pad_producer[64];                                                      \
   /* Consumer side: under the scheduler's lock. What a drain's visit          \
