@@ -54,8 +54,10 @@ typedef struct uvs__hists_s {
 } uvs__hists_t;
 void uvs__hist_add(uvs_hist_t* h, uint64_t ns);
 
-/* A task of w became ready (queued or due): with metrics, when, in us,
- * kept in its status until it starts. */
+/* A task of w became ready (queued or due): with metrics or max_wait_ms,
+ * when, in us, kept in its status until it starts. hists is read only on
+ * a worker that counts (metrics implies counting), being off the first 64
+ * bytes that a plain worker's schedule reads (private.h). */
 static inline void uvs__mark_ready(const uvs_worker_t* w, uvs_task_t* t) {
   if (w->max_wait_us != 0 || (w->counting && w->hists != NULL))
     t->status = (int) (uint32_t) (uvs__hrtime_late() / 1000);

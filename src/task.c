@@ -177,6 +177,8 @@ static int accept_now(uvs_worker_t* w,
       return err;
   }
   t->status = 0;
+  /* keys before key_max: a plain worker's schedule reads only the first
+   * 64 bytes of it (private.h). */
   if (w->keys != NULL && w->key_max != 0) {
     err = accept_filed(w, t, flags, claimed, prev);
     if (err == UV_EAGAIN && count)
