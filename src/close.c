@@ -115,9 +115,10 @@ static void close_locked(uvs_worker_t* w,
     t = uvs__container_of(w->delayed.next, uvs_task_t, node);
     uvs__undelay(w, t);
     if (how == UVS_DRAIN && uvs__due_us(t) <= now) {
+      /* A close may overfill the worker and the keys: it runs them all. */
       if (w->counting)
-        uvs__add_sc(&w->q_in, 1); /* a close may overfill: it runs them all */
-      uvs__due(w, t);
+        uvs__add_sc(&w->q_in, 1);
+      uvs__due(w, t, w->key_max != 0 && uvs__keys_reserve(w, t) == 0);
     } else {
       uvs__drop(s, t, UV_ECANCELED);
     }

@@ -323,8 +323,9 @@ void uvs__rearm_timer(uvs_sched_t* sched, uv_timer_cb timer_cb);
 /* Moves a manual clock ms on, firing what falls due in due order. Loop
  * thread, no lock held. */
 void uvs__advance(uvs_sched_t* sched, uint64_t ms);
-/* Queues a delayed task that fell due (lock held). */
-void uvs__due(uvs_worker_t* worker, uvs_task_t* task);
+/* Queues a delayed task that fell due (lock held); keyed: its key's count
+ * (key_max_pending) has taken it already. */
+void uvs__due(uvs_worker_t* worker, uvs_task_t* task, int keyed);
 /* A periodic run stands for every grid point passed by the time it
  * starts. */
 void uvs__coalesce(uvs_task_t* task);

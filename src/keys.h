@@ -71,7 +71,7 @@ void uvs__keys_seeking(uvs_worker_t* w, int delta);
 int uvs__keys_admit(uvs_worker_t* w, uvs_task_t* t, uvs_task_t** evicted);
 /* Undoes an admit of t that its caller could not complete. */
 void uvs__keys_unadmit(uvs_worker_t* w, uvs_task_t* t);
-/* Counts t in with no bound (a delayed task falling due): 0 or
+/* Counts t in with no bound (a delayed task a draining close runs): 0 or
  * UV_ENOMEM. */
 int uvs__keys_reserve(uvs_worker_t* w, uvs_task_t* t);
 /* Files a counted-in task: onto kready, or behind its key. */

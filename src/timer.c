@@ -47,12 +47,42 @@ void uvs__publish_now(uvs_sched_t* s) {
 }
 
 
+/* Counts a task that fell due into its worker's bounds, as a schedule
+ * would be counted: first its key's (key_max_pending), then the worker's
+ * (max_pending), each of which may evict its oldest queued task with
+ * UVS_FULL_DROP_OLDEST. Returns UV_EAGAIN if either is full and rejects,
+ * having counted nothing; sets *keyed if the key's count took it. */
+static int admit_due(uvs_worker_t* w, uvs_task_t* t, int* keyed) {
+  uvs_task_t* evicted;
+  int err;
+
+  *keyed = 0;
+  if (w->key_max != 0) {
+    err = uvs__keys_admit(w, t, &evicted);
+    if (evicted != NULL)
+      uvs__evicted(w, evicted);
+    if (err == UV_EAGAIN)
+      return err;
+    /* Without memory for its key's entry it goes the inbox's way, past
+     * the key's bound, and lanes take it in later. */
+    *keyed = err == 0;
+  }
+  if (w->counting && uvs__admit(w, 1) != 0) {
+    if (*keyed)
+      uvs__keys_unadmit(w, t);
+    return UV_EAGAIN;
+  }
+  return 0;
+}
+
+
 /* A delayed task fell due: it joins the tail of its worker's queue. The
  * wheel hands over a ms at a time; one due later in this ms than *ctx (now,
  * in us) waits on sched->soon, still delayed, for the next timer phase. */
 static void fire(void* ctx, uvs_task_t* t) {
   uvs_worker_t* w;
   uvs_sched_t* s;
+  int keyed;
 
   w = t->worker;
   s = w->sched;
@@ -61,9 +91,9 @@ static void fire(void* ctx, uvs_task_t* t) {
     return;
   }
   uvs__undelay(w, t);
-  if (w->counting && uvs__admit(w, 1) != 0) {
-    /* Full, and the worker rejects: a periodic task skips this grid
-     * point, a one-shot is handed back. */
+  if (admit_due(w, t, &keyed) != 0) {
+    /* Full, and the worker or the key rejects: a periodic task skips this
+     * grid point, a one-shot is handed back. */
     if (uvs__load_rlx(&t->state) & UVS__T_PERIODIC) {
       uvs__skip_grid_point(w, t);
     } else {
@@ -72,7 +102,7 @@ static void fire(void* ctx, uvs_task_t* t) {
     }
     return;
   }
-  uvs__due(w, t);
+  uvs__due(w, t, keyed);
 }
 
 
@@ -159,14 +189,13 @@ void uvs__advance(uvs_sched_t* s, uint64_t ms) {
 }
 
 
-void uvs__due(uvs_worker_t* w, uvs_task_t* t) {
+void uvs__due(uvs_worker_t* w, uvs_task_t* t, int keyed) {
   uvs__task_update(t, UVS__T_MASK, UVS__T_QUEUED);
   uvs__mark_ready(w, t);
-  /* With per-key bounds every queued task is filed under its key: one
-   * that falls due is counted there too, past the bound if need be (its
-   * entry can't be had without memory: then it goes the inbox's way and
-   * lanes take it in later). */
-  if (w->key_max != 0 && uvs__keys_reserve(w, t) == 0) {
+  /* With per-key bounds every queued task is filed under its key once its
+   * key's count has taken it (without memory for the key's entry it goes
+   * the inbox's way, and lanes take it in later). */
+  if (keyed) {
     uvs__worker_file(w, t);
     return;
   }

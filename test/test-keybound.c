@@ -769,6 +769,109 @@ TEST_IMPL(keybound_drop_oldest_periodic_worker) {
 }
 
 
+/* A delayed task that falls due onto a full key meets on_full as one falling
+ * due onto a full worker (0.2): one-shot, handed back with UV_ENOBUFS
+ * (REJECT, BLOCK), or queued with the key's oldest queued task handed back
+ * instead (DROP_OLDEST); periodic, it skips that grid point and stays on
+ * its grid. Other keys are not affected. */
+static void due_onto_full_key(uvs_full_t on_full, int periodic) {
+  uvs_worker_metrics_t m;
+  item_t* queued;
+  item_t* other;
+  item_t* late;
+
+  open_manual = 1;
+  open_loop(0);
+  open_worker(2, 1, on_full, 0);
+  hold_lanes(2);
+  queued = new_item(1);
+  ASSERT_OK(uvs_schedule(&worker, &queued->task)); /* key 1 is full */
+  late = new_item(1);
+  other = new_item(2);
+  if (periodic) {
+    /* Its hand-back follows a run: per_done, not item_done. */
+    ASSERT_OK(uvs_task_init(&late->task, item_run, per_done));
+    ASSERT_OK(uvs_task_set_key(&late->task, key_of(1)));
+    ASSERT_OK(uvs_schedule_every(&worker, &late->task, 10, 10));
+  } else {
+    ASSERT_OK(uvs_schedule_after(&worker, &late->task, 10));
+  }
+  ASSERT_OK(uvs_schedule_after(&worker, &other->task, 10));
+  ASSERT_OK(uvs_clock_advance(&sched, 10));
+  if (periodic || on_full != UVS_FULL_DROP_OLDEST) {
+    /* The periodic task is back in the wheel for its next grid point;
+     * the one-shot comes back. */
+    TEST_RUN_UNTIL(
+        &loop, (metrics(&m_scratch), m_scratch.delayed == (uint64_t) periodic &&
+                                         m_scratch.queued == 2));
+    test_settle(&loop);
+    ASSERT_EQ(ndone, periodic ? 0 : 1);
+    ASSERT_EQ(late->done_calls, periodic ? 0 : 1);
+    if (!periodic)
+      ASSERT_ERR(late->status, UV_ENOBUFS);
+  } else {
+    TEST_RUN_UNTIL(&loop, ndone == 1);
+    ASSERT_EQ(queued->done_calls, 1);
+    ASSERT_ERR(queued->status, UV_ENOBUFS);
+    ASSERT_EQ(late->done_calls, 0);
+  }
+  metrics(&m);
+  ASSERT_UINT64_EQ(m.dropped, periodic ? 0 : 1);
+  ASSERT_UINT64_EQ(m.rejected, 0); /* no call was refused */
+  ASSERT_EQ(other->done_calls, 0);
+  release_lanes();
+  TEST_RUN_UNTIL(&loop, ndone == (periodic ? 2 : 3));
+  ASSERT_OK(other->status);
+  ASSERT_EQ(atomic_load(&other->runs), 1);
+  if (on_full == UVS_FULL_DROP_OLDEST && !periodic) {
+    ASSERT_OK(late->status);
+    ASSERT_EQ(atomic_load(&late->runs), 1);
+  } else {
+    ASSERT_OK(queued->status);
+    ASSERT_EQ(atomic_load(&queued->runs), 1);
+  }
+  if (periodic) {
+    /* Its next grid point: it runs, the key having room now. */
+    ASSERT_EQ(atomic_load(&late->runs), 0);
+    ASSERT_OK(uvs_clock_advance(&sched, 10));
+    TEST_RUN_UNTIL(&loop, atomic_load(&late->runs) == 1);
+    ASSERT_OK(uvs_task_cancel(&late->task));
+    TEST_RUN_UNTIL(&loop, per_done_calls == 1);
+    ASSERT_ERR(per_status, UV_ECANCELED);
+  }
+  /* The key was found full: key_space_cb once it has room. */
+  ASSERT_EQ(ks_calls_for(1), 1);
+  ASSERT_EQ(ks_calls_for(2), 0);
+  if (!periodic)
+    stats_identity(); /* for one-shot tasks (guarantee 10) */
+  teardown();
+}
+
+
+TEST_IMPL(keybound_due_onto_full_key_reject) {
+  due_onto_full_key(UVS_FULL_REJECT, 0);
+  return 0;
+}
+
+
+TEST_IMPL(keybound_due_onto_full_key_block) {
+  due_onto_full_key(UVS_FULL_BLOCK, 0);
+  return 0;
+}
+
+
+TEST_IMPL(keybound_due_onto_full_key_drop_oldest) {
+  due_onto_full_key(UVS_FULL_DROP_OLDEST, 0);
+  return 0;
+}
+
+
+TEST_IMPL(keybound_due_onto_full_key_periodic) {
+  due_onto_full_key(UVS_FULL_REJECT, 1);
+  return 0;
+}
+
+
 /* ---- BLOCK --------------------------------------------------------------- */
 
 /* uvs_schedule answers UV_EAGAIN, as does uvs_schedule_wait on the loop
