@@ -60,9 +60,10 @@ void bench_submit(uv_loop_t* loop, int in_cb, void (*fn)(void*), void* arg) {
   }
   sub.fn = fn;
   sub.arg = arg;
+  if (uv_async_init(loop, &sub.async, submit_cb) != 0)
+    abort();
   sub.async.data = &sub;
-  if (uv_async_init(loop, &sub.async, submit_cb) != 0 ||
-      uv_async_send(&sub.async) != 0)
+  if (uv_async_send(&sub.async) != 0)
     abort();
   uv_run(loop, UV_RUN_DEFAULT);
 }
