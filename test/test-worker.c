@@ -103,6 +103,31 @@ TEST_IMPL(worker_init_errors) {
 }
 
 
+/* The struct's sizes (issue 20's ABI targets), and the layout that keeps
+ * a schedule onto a plain worker within its first 64 bytes and a 64-byte
+ * gap between what producers and drains write (include/uvsched/private.h,
+ * docs/design.rst). A field moved past these is a cost every cold
+ * schedule pays, so it fails here rather than in a benchmark. On 64-bit
+ * targets only, where the figures were laid out. */
+TEST_IMPL(worker_layout) {
+  if (sizeof(void*) != 8)
+    return 0;
+  ASSERT_LE(sizeof(uvs_worker_t), 512);
+  ASSERT_LE(sizeof(uvs_task_t), 96);
+  ASSERT_LE(offsetof(uvs_worker_t, closed) + sizeof(unsigned), 64);
+  ASSERT_LE(offsetof(uvs_worker_t, flags) + sizeof(unsigned), 64);
+  ASSERT_LE(offsetof(uvs_worker_t, counting) + sizeof(int), 64);
+  ASSERT_LE(offsetof(uvs_worker_t, thread) + sizeof(uv_thread_t), 64);
+  ASSERT_LE(offsetof(uvs_worker_t, keys) + sizeof(void*), 64);
+  ASSERT_LE(offsetof(uvs_worker_t, inbox_tail) + sizeof(void*), 64);
+  ASSERT_LE(offsetof(uvs_worker_t, state) + sizeof(unsigned), 64);
+  ASSERT_LE(offsetof(uvs_worker_t, max_wait_us) + sizeof(uint32_t), 64);
+  ASSERT_GE(offsetof(uvs_worker_t, inbox_head),
+            offsetof(uvs_worker_t, lanes_active) + sizeof(unsigned) + 64);
+  return 0;
+}
+
+
 static void fifo_order(uvs_where_t where) {
   int i;
 
