@@ -800,10 +800,11 @@ static void due_onto_full_key(uvs_full_t on_full, int periodic) {
   ASSERT_OK(uvs_clock_advance(&sched, 10));
   if (periodic || on_full != UVS_FULL_DROP_OLDEST) {
     /* The periodic task is back in the wheel for its next grid point;
-     * the one-shot comes back. */
+     * the one-shot comes back. Then nothing else comes back. */
     TEST_RUN_UNTIL(
         &loop, (metrics(&m_scratch), m_scratch.delayed == (uint64_t) periodic &&
-                                         m_scratch.queued == 2));
+                                         m_scratch.queued == 2 &&
+                                         ndone == (periodic ? 0 : 1)));
     test_settle(&loop);
     ASSERT_EQ(ndone, periodic ? 0 : 1);
     ASSERT_EQ(late->done_calls, periodic ? 0 : 1);
