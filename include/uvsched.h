@@ -98,7 +98,10 @@ typedef struct uvs_worker_options_s {
   size_t low_water;
   /* Loop thread; may be NULL. */
   uvs_worker_space_cb space_cb;
-  /* Nonzero: keep the wait and run histograms of uvs_worker_metrics_t. */
+  /* Nonzero: keep the wait and run histograms of uvs_worker_metrics_t,
+   * freed when the worker's close completes: read the final ones in its
+   * close callback (uvs_worker_close), which closing only the scheduler
+   * does not give. */
   int metrics;
   /* 0.3. width > 1 only: most queued, not started tasks of one key; 0 = no
    * cap. A schedule onto a full key meets on_full for that key alone. */
