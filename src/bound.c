@@ -103,8 +103,7 @@ static void owe_cb(uvs_worker_t* w, unsigned what) {
   if (w->space_owed == 0)
     uvs__queue_push(&s->space, &w->space_node);
   w->space_owed |= what;
-  uvs__store_rel(&s->space_any, 1u);
-  uvs__kick(s);
+  uvs__ring(s, UVS__BELL_SPACE);
 }
 
 

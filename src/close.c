@@ -127,7 +127,7 @@ static void close_locked(uvs_worker_t* w,
     sweep(w);
 
   /* The loop completes the close (and re-arms the timer) when it looks. */
-  uvs__kick(s);
+  uvs__ring(s, UVS__BELL_CLOSE | UVS__BELL_TIMER);
 }
 
 
@@ -165,7 +165,7 @@ int uvs_worker_close(uvs_worker_t* w,
     flags &= ~UVS__WF_BY_SCHED;
     if (uvs__load_rlx(&w->closed) == UVS__C_CLOSED && close_cb != NULL) {
       flags |= UVS__WF_CB_OWED;
-      uvs__kick(s);
+      uvs__ring(s, UVS__BELL_CLOSE);
     }
     w->close_cb = close_cb;
     __atomic_store_n(&w->flags, flags, __ATOMIC_SEQ_CST);
@@ -199,7 +199,7 @@ int uvs_sched_close(uvs_sched_t* s,
     close_locked(w, how, NULL);
     __atomic_store_n(&w->flags, w->flags | UVS__WF_BY_SCHED, __ATOMIC_SEQ_CST);
   }
-  uvs__kick(s);
+  uvs__ring(s, UVS__BELL_CLOSE);
   uv_mutex_unlock(&s->lock);
   uv_ref((uv_handle_t*) &s->async);
   return 0;
@@ -275,7 +275,7 @@ static int closable(uvs_worker_t* w) {
 
 /* A closing worker whose close can complete now, or NULL. What callers
  * that got in before a UVS_CANCEL close pushed since it began is swept on
- * the way: its drains only stop and kick. Lock held. */
+ * the way: its drains only stop and ring. Lock held. */
 static uvs_worker_t* next_closable(uvs_sched_t* s) {
   uvs__queue_t* q;
   uvs_worker_t* w;
@@ -351,14 +351,19 @@ static void call_owed_cbs(uvs_sched_t* s) {
 
 
 /* A closing scheduler with nothing left closes its handles; the last
- * handle's callback finishes (handle_closed). Returns 1 if it did. Lock
- * held on entry, not on exit. */
+ * handle's callback finishes (handle_closed). Returns what
+ * uvs__finish_closes() returns. Lock held on entry, not on exit. */
 static int close_handles(uvs_sched_t* s) {
+  int pending;
+
   if (uvs__load_rlx(&s->state) != UVS__SS_CLOSING ||
       (s->flags & UVS__SF_HANDLES_CLOSING) || !uvs__queue_empty(&s->workers) ||
       !uvs__queue_empty(&s->closing) || s->drains != 0) {
+    pending = !uvs__queue_empty(&s->closing) ||
+              (uvs__load_rlx(&s->state) == UVS__SS_CLOSING &&
+               !(s->flags & UVS__SF_HANDLES_CLOSING));
     uv_mutex_unlock(&s->lock);
-    return 0;
+    return pending ? UVS__CLOSES_PENDING : 0;
   }
   s->flags |= UVS__SF_HANDLES_CLOSING;
   uv_mutex_unlock(&s->lock);
@@ -369,18 +374,16 @@ static int close_handles(uvs_sched_t* s) {
   uv_close((uv_handle_t*) &s->async, handle_closed);
   uv_close((uv_handle_t*) &s->timer, handle_closed);
   uv_close((uv_handle_t*) &s->idle, handle_closed);
-  uv_close((uv_handle_t*) &s->prepare, handle_closed);
   uv_close((uv_handle_t*) &s->check, handle_closed);
   uvs__free(s->runners);
   s->runners = NULL;
   s->runner_free = NULL;
-  return 1;
+  return UVS__CLOSES_DONE;
 }
 
 
-/* Completes the closes that can complete. Returns 1 when the scheduler has
- * begun closing its handles: then the caller must not touch them. Lock not
- * held on entry or exit. */
+/* Completes the closes that can complete. Lock not held on entry or
+ * exit. */
 int uvs__finish_closes(uvs_sched_t* s) {
   uvs_worker_t* w;
 
@@ -389,7 +392,7 @@ int uvs__finish_closes(uvs_sched_t* s) {
     /* A worker closes after the done_cb of its last task: deliver first. */
     if (uvs__load_acq(&s->done_top) != NULL) {
       uv_mutex_unlock(&s->lock);
-      return 0;
+      return UVS__CLOSES_PENDING;
     }
     w = next_closable(s);
     if (w == NULL)

@@ -10,7 +10,7 @@
 static void timer_needed(uvs_sched_t* s, uint64_t due) {
   if (due < s->timer_due && due < s->timer_asked) {
     s->timer_asked = due;
-    uvs__kick(s);
+    uvs__ring(s, UVS__BELL_TIMER);
   }
 }
 
@@ -31,6 +31,11 @@ void uvs__undelay(uvs_worker_t* w, uvs_task_t* t) {
   uvs__timers_remove(w->sched->timers, t);
   uvs__queue_remove(&t->node);
   w->ndelayed--;
+  /* The uv_timer may be armed for this task (or for a cascade of the
+   * wheel on its way): arm it for what is left, or stop it, so that it
+   * keeps no loop alive for nothing. */
+  if (w->sched->timer_due != UINT64_MAX)
+    uvs__ring(w->sched, UVS__BELL_TIMER);
 }
 
 

@@ -478,6 +478,7 @@ int uvs__loop_turn(uvs_sched_t* s) {
       /* The ones left out, ahead of any that became ready since. */
       uvs__queue_move(&s->loop_ready, &turns);
       uvs__queue_move(&turns, &s->loop_ready);
+      uvs__ring(s, UVS__BELL_TURN);
       break;
     }
   }

@@ -27,7 +27,7 @@ void uvs__chain_push(uvs_sched_t* s, uvs__chain_t* c) {
   c->oldest = NULL;
   /* The stack was empty: nobody asked the loop to look yet. */
   if (top == NULL)
-    uvs__kick(s);
+    uvs__ring(s, UVS__BELL_DELIVER);
 }
 
 

@@ -193,11 +193,10 @@ enum {
 
 /* sched->flags (loop thread only) */
 enum {
-  UVS__SF_KICKED = 1, /* the loop thread kicked since process() began */
+  UVS__SF_SETTLING = 1,        /* settle() runs (loop.c) */
   UVS__SF_HANDLES_CLOSING = 2, /* uv_close() called on our handles */
   UVS__SF_TURNED = 4, /* a loop turn ran in this loop iteration (check_cb) */
-  UVS__SF_DISPATCHING = 8, /* dispatch() is running (loop.c) */
-  UVS__SF_POLLING = 16     /* the loop is in its poll phase (I/O callbacks) */
+  UVS__SF_CLOSES = 8  /* closes are under way: every settle looks at them */
 };
 
 /* sched->state (atomic) */
@@ -241,13 +240,12 @@ void uvs__post_free_all(uvs_sched_t* sched);
 int uvs__post_init(uvs_sched_t* sched);
 
 /* The files are layered: each calls only files on lines below its own,
- * except that any may wake the loop with uvs__kick() or uvs__kick_ready()
- * (loop.c), as libuv's threadpool.c calls uv_async_send();
- * scripts/check-layers.py checks that
- * no call goes round in a circle.
+ * with no exception: a file that needs the loop rings its doorbell
+ * (uvs__ring(), inline above), which calls only libuv.
+ * scripts/check-layers.py checks that no call goes round in a circle.
  *   sched.c                  uvs_sched_init, uvs_now, stats
- *   loop.c                   the loop thread's side: handles, process(),
- *                            dispatch (guarantee 12), kicks
+ *   loop.c                   the loop thread's side: handles, settle()
+ *                            (what is owed), dispatch (guarantee 12)
  *   lane.c post.c            a wide worker's lanes; uvs_post
  *   task.c cancel.c          the schedule calls; cancel and re-arm
  *   close.c drain.c          closes and the one sweep; running tasks
@@ -289,18 +287,44 @@ static inline int uvs__on_loop_thread(const uvs_sched_t* s) {
   return uvs__is_thread(&s->thread);
 }
 
+/* ---- the doorbell: what the loop owes, and the one way to wake it ------ */
+/* Whoever needs the loop thread sets why in sched->owed and rings; the
+ * loop's callbacks (loop.c, settle()) take the bits and do what they say,
+ * and nothing else: as libuv's threadpool.c puts a finished request on a
+ * list and calls uv_async_send(), and uv__work_done drains that list. */
+enum {
+  UVS__BELL_DISPATCH = 1, /* a pool or wide worker is ready: drains, lanes */
+  UVS__BELL_TURN = 2,     /* a loop worker is ready: a loop turn */
+  UVS__BELL_DELIVER = 4,  /* hand-backs wait on done_top */
+  UVS__BELL_TIMER = 8,    /* the wheel changed: arm the uv_timer anew */
+  UVS__BELL_SPACE = 16,   /* space callbacks are owed, on sched->space */
+  UVS__BELL_CLOSE = 32,   /* a close may move on */
+  /* Not a reason: the loop is settling and will look at owed again before
+   * it stops, so a ring from another thread need not wake it. */
+  UVS__BELL_SETTLING = 1 << 30
+};
+
+/* Any thread, any lock. From another thread the first bit rung since the
+ * loop last took them sends the async; on the loop thread, outside its own
+ * callbacks (a user's callback, or before uv_run), the idle handle makes
+ * the loop look before it next polls. Nothing is done here but that. */
+static inline void uvs__ring(uvs_sched_t* s, unsigned why) {
+  unsigned prev;
+
+  prev = __atomic_fetch_or(&s->owed, why, __ATOMIC_ACQ_REL);
+  if (uvs__on_loop_thread(s)) {
+    if (!(s->flags & UVS__SF_SETTLING))
+      uv_idle_start(&s->idle, s->on_idle);
+    return;
+  }
+  /* Whoever rings holds something that keeps the async handle open: a pin
+   * on a worker that can't finish closing, or a drain in flight. */
+  if (prev == 0)
+    uv_async_send(&s->async);
+}
+
 /* ---- loop.c ------------------------------------------------------------ */
 typedef struct uvs__runner_s uvs__runner_t;
-/* Asks the loop thread to process the scheduler soon. Any thread, no lock
- * needed: with uvs__kick_ready(), the calls upward from the files below. */
-void uvs__kick(uvs_sched_t* sched);
-/* A pool worker was listed ready (lock held, any thread). In the loop's
- * poll phase, where I/O callbacks schedule, its drain is posted within
- * this call, as far as the cap leaves room (guarantee 12: at once), not
- * in the idle phase of the next loop iteration; otherwise (another
- * thread, outside uv_run(), or dispatch() itself listed it) uvs__kick().
- * The other call upward. */
-void uvs__kick_ready(uvs_sched_t* sched);
 /* uvs_sched_init's handles: init, and the first loop iteration owed. */
 int uvs__loop_init(uv_loop_t* loop, uvs_sched_t* sched);
 void uvs__loop_start(uvs_sched_t* sched);
@@ -352,8 +376,10 @@ void uvs__lane_ended(uvs__lane_t* lane);
 
 /* ---- close.c ----------------------------------------------------------- */
 /* Completes the closes that can complete (loop thread, no lock held).
- * Returns 1 once the scheduler has begun closing its handles: then the
- * caller must not touch them. */
+ * Returns UVS__CLOSES_DONE once the scheduler has begun closing its
+ * handles (then the caller must not touch them), UVS__CLOSES_PENDING while
+ * a close waits for something (a drain, a hand-back), else 0. */
+enum { UVS__CLOSES_PENDING = 1, UVS__CLOSES_DONE = 2 };
 int uvs__finish_closes(uvs_sched_t* sched);
 
 /* ---- drain.c ----------------------------------------------------------- */
@@ -365,8 +391,9 @@ void uvs__lane_turn(uvs__lane_t* lane);
  * slice has passed. Pool thread, no lock held. */
 void uvs__run_ready(uvs_sched_t* sched, uvs_worker_t* first);
 /* A loop turn: one turn of each loop worker ready now, within one time
- * slice for all (default budget) or budget tasks each. Returns 0 if none
- * was ready. Loop thread. */
+ * slice for all (default budget) or budget tasks each; those the slice
+ * leaves out owe the next turn. Returns 0 if none was ready. Loop
+ * thread. */
 int uvs__loop_turn(uvs_sched_t* sched);
 
 /* Is w closing with UVS_CANCEL? A drain asks after it took a task from its

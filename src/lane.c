@@ -74,7 +74,8 @@ int uvs__serve_wide(uvs_sched_t* s,
    * below. */
   __atomic_store_n(&w->state, UVS__WS_IDLE, __ATOMIC_SEQ_CST);
   if (uvs__cancelling(w)) {
-    uvs__kick(s); /* late arrivals don't run: the loop sweeps them */
+    uvs__ring(s, UVS__BELL_CLOSE); /* late arrivals don't run: the loop
+                                    * sweeps them */
     return 1;
   }
   busy = uvs__keys_intake(w) == UV_EAGAIN;
@@ -117,7 +118,8 @@ void uvs__lane_ended(uvs__lane_t* lane) {
    * the queue after it frees a lane, so one of the two sees the other. */
   __atomic_store_n(&w->lanes_active, w->lanes_active - 1, __ATOMIC_SEQ_CST);
   if (w->flags & UVS__WF_CLOSING)
-    uvs__kick(w->sched); /* the loop sweeps and completes closes (close.c) */
+    uvs__ring(w->sched, UVS__BELL_CLOSE); /* the loop sweeps and completes
+                                           * closes (close.c) */
   if (uvs__worker_nonempty(w))
     want_lanes(w);
 }

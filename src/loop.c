@@ -1,6 +1,7 @@
-/* The loop thread's side of a scheduler: its libuv handles, process()
- * (timers, drains posted, loop turns, hand-backs delivered, closes), and
- * the one way other threads reach it, uvs__kick().
+/* The loop thread's side of a scheduler: its libuv handles, and settle(),
+ * which does what the doorbell (uvs__ring(), internal.h) says is owed:
+ * timers, drains posted, loop turns, hand-backs delivered, space
+ * callbacks, closes.
  *
  * Only the loop thread acts on libuv (uv_queue_work, uv_timer_*, uv_idle_*,
  * uv_ref, uv_close). The lock (sched->lock) guards the ready lists, the
@@ -9,7 +10,6 @@
 
 #include "internal.h"
 
-#include <sched.h>
 #include <stdlib.h>
 
 /* One of a scheduler's runners: a uv_queue_work item that serves ready
@@ -21,20 +21,27 @@ struct uvs__runner_s {
   struct uvs__runner_s* next; /* on sched->runner_free */
 };
 
-/* What a call of process() does besides the common work. */
-enum { FIRE_TIMERS = 1, LOOP_TURN = 2 };
+/* What a timer callback owes besides what was rung: due tasks to fire.
+ * Above every UVS__BELL_ bit but the settling mark. */
+#define FIRE_TIMERS (1u << 16)
+
+/* How many times one settle() takes the bits rung meanwhile before it
+ * leaves the rest to the idle handle: work that other threads hand back
+ * without pause must not keep the loop from polling. */
+#define SETTLE_ROUNDS 4
 
 
-static void process(uvs_sched_t* s, int what);
+static void settle(uvs_sched_t* s, unsigned why);
 
 
 static void idle_cb(uv_idle_t* handle) {
-  process(uvs__container_of(handle, uvs_sched_t, idle), LOOP_TURN);
+  settle(uvs__container_of(handle, uvs_sched_t, idle), 0);
 }
 
 
 static void timer_cb(uv_timer_t* handle) {
-  process(uvs__container_of(handle, uvs_sched_t, timer), FIRE_TIMERS);
+  settle(uvs__container_of(handle, uvs_sched_t, timer),
+         FIRE_TIMERS | UVS__BELL_TIMER);
 }
 
 
@@ -42,63 +49,31 @@ static void async_cb(uv_async_t* handle) {
   uvs_sched_t* s;
 
   s = uvs__container_of(handle, uvs_sched_t, async);
-  if (__atomic_exchange_n(&s->async_sent, 0, __ATOMIC_ACQ_REL)) {
-    uv_mutex_lock(&s->lock);
-    s->stats.wakeups++;
-    uv_mutex_unlock(&s->lock);
-  }
+  if (uvs__load_acq(&s->owed) == 0)
+    return;
+  uv_mutex_lock(&s->lock);
+  s->stats.wakeups++;
+  uv_mutex_unlock(&s->lock);
   /* Work handed over from another thread runs now, in this callback, as a
    * mutex-and-uv_async bridge would run it: not one loop iteration later
    * in the idle phase, unless the idle phase of this iteration had a turn
-   * already (process()). */
-  process(s, LOOP_TURN);
+   * already. */
+  settle(s, 0);
 }
 
 
-/* The prepare and check phases bracket the poll phase, where I/O
- * callbacks run: inside uv_run(), so that a pool worker made ready there
- * may have its drain posted at once (uvs__kick_ready). Outside uv_run()
- * nothing starts until it runs. */
-static void prepare_cb(uv_prepare_t* handle) {
-  uvs_sched_t* s;
-
-  s = uvs__container_of(handle, uvs_sched_t, prepare);
-  s->flags |= UVS__SF_POLLING;
-}
-
-
-/* The check phase ends the poll phase and the loop iteration: the next
- * turn may run in the next iteration, after its timers. */
+/* The check phase ends the poll phase and the loop iteration. What I/O
+ * callbacks rang on the loop thread is done here, before the loop goes
+ * round again: a pool worker they made ready gets its drain at the end of
+ * the poll phase that made it ready. The next loop turn may run in the
+ * next iteration, after its timers. */
 static void check_cb(uv_check_t* handle) {
   uvs_sched_t* s;
 
   s = uvs__container_of(handle, uvs_sched_t, check);
-  s->flags &= ~(UVS__SF_TURNED | UVS__SF_POLLING);
-}
-
-
-void uvs__kick(uvs_sched_t* s) {
-  if (uvs__on_loop_thread(s)) {
-    s->flags |= UVS__SF_KICKED;
-    uv_idle_start(&s->idle, idle_cb);
-    return;
-  }
-  /* Whoever kicks holds something that keeps the async handle open: a pin
-   * on a worker that can't finish closing, or a drain in flight. */
-  if (!__atomic_exchange_n(&s->async_sent, 1, __ATOMIC_ACQ_REL))
-    uv_async_send(&s->async);
-}
-
-
-static void dispatch(uvs_sched_t* s);
-
-
-void uvs__kick_ready(uvs_sched_t* s) {
-  if (uvs__on_loop_thread(s) &&
-      (s->flags & (UVS__SF_POLLING | UVS__SF_DISPATCHING)) == UVS__SF_POLLING)
-    dispatch(s);
-  else
-    uvs__kick(s);
+  if (uvs__load_acq(&s->owed) != 0)
+    settle(s, 0);
+  s->flags &= ~UVS__SF_TURNED;
 }
 
 
@@ -123,7 +98,8 @@ static void runner_done(uv_work_t* req, int status) {
   r->next = s->runner_free;
   s->runner_free = r;
   uv_mutex_unlock(&s->lock);
-  process(s, 0);
+  /* Its place is free for a worker still waiting on the ready list. */
+  settle(s, UVS__BELL_DISPATCH);
 }
 
 
@@ -138,7 +114,7 @@ static void lane_work_done(uv_work_t* req, int status) {
   uv_mutex_lock(&s->lock);
   uvs__lane_ended(lane);
   uv_mutex_unlock(&s->lock);
-  process(s, 0);
+  settle(s, UVS__BELL_DISPATCH);
 }
 
 
@@ -151,11 +127,8 @@ static void dispatch(uvs_sched_t* s) {
   uvs__runner_t* r;
   uvs_worker_t* w;
 
-  /* serve_wide() lists a worker again through uvs__kick_ready(): that
-   * one waits for the next call. */
-  s->flags |= UVS__SF_DISPATCHING;
-  /* Each listed wide worker once: one that lists itself again waits for
-   * the next call. */
+  /* Each listed wide worker once: one that lists itself again (it rings
+   * for a dispatch) waits for the next call. */
   uvs__queue_init(&wide);
   uvs__queue_move(&s->wide_ready, &wide);
   while (uvs__room(s) && !uvs__queue_empty(&wide)) {
@@ -178,7 +151,6 @@ static void dispatch(uvs_sched_t* s) {
     if (uv_queue_work(s->loop, &r->work, runner_work, runner_done) != 0)
       abort(); /* only fails for a NULL work_cb */
   }
-  s->flags &= ~UVS__SF_DISPATCHING;
 }
 
 
@@ -190,9 +162,6 @@ static void call_space_cbs(uvs_sched_t* s) {
   uint64_t key;
   unsigned owed;
 
-  /* Set under the lock by whoever lists a worker; a kick brings us back. */
-  if (!__atomic_exchange_n(&s->space_any, 0u, __ATOMIC_ACQUIRE))
-    return;
   uv_mutex_lock(&s->lock);
   while ((q = uvs__queue_shift(&s->space)) != NULL) {
     w = uvs__container_of(q, uvs_worker_t, space_node);
@@ -214,37 +183,93 @@ static void call_space_cbs(uvs_sched_t* s) {
 }
 
 
-static void process(uvs_sched_t* s, int what) {
-  int more;
+/* Does what owed says, in the order that lets each step's work reach the
+ * next: due tasks make workers ready, drains are posted, the loop turn
+ * runs, hand-backs are delivered (their done_cbs may schedule more, rung
+ * for the next round), space callbacks, closes, and the timer is armed
+ * for what is due next. Returns 0 if the scheduler's handles began to
+ * close: nothing of it may be touched after. */
+static int settle_once(uvs_sched_t* s, unsigned owed, unsigned* later) {
+  int closes;
+
+  if (owed & (FIRE_TIMERS | UVS__BELL_DISPATCH)) {
+    uv_mutex_lock(&s->lock);
+    if (owed & FIRE_TIMERS)
+      uvs__fire_timers(s);
+    dispatch(s);
+    uv_mutex_unlock(&s->lock);
+  }
+  /* One loop turn per loop iteration, whichever callback comes first (the
+   * idle phase, the async callback in the poll phase, the check phase),
+   * so that timers and I/O run between two turns (guarantee 7). */
+  if (owed & UVS__BELL_TURN) {
+    if (s->flags & UVS__SF_TURNED)
+      *later |= UVS__BELL_TURN;
+    else if (uvs__loop_turn(s))
+      s->flags |= UVS__SF_TURNED;
+  }
+  if (owed & UVS__BELL_DELIVER)
+    uvs__deliver(s);
+  if (owed & UVS__BELL_SPACE)
+    call_space_cbs(s);
+  if ((owed & UVS__BELL_CLOSE) || (s->flags & UVS__SF_CLOSES)) {
+    closes = uvs__finish_closes(s);
+    if (closes == UVS__CLOSES_DONE)
+      return 0;
+    if (closes == UVS__CLOSES_PENDING)
+      s->flags |= UVS__SF_CLOSES;
+    else
+      s->flags &= ~UVS__SF_CLOSES;
+  }
+  if (owed & UVS__BELL_TIMER) {
+    uv_mutex_lock(&s->lock);
+    uvs__rearm_timer(s, timer_cb);
+    uv_mutex_unlock(&s->lock);
+  }
+  return 1;
+}
+
+
+/* The loop's one answer to the doorbell: takes the bits rung (plus why,
+ * what the calling callback owes by its nature) and does what they say,
+ * again while more are rung meanwhile, SETTLE_ROUNDS times at most. While
+ * it runs, owed holds the settling mark, so that other threads' rings
+ * send no async: this call looks again before it ends. */
+static void settle(uvs_sched_t* s, unsigned why) {
+  unsigned owed;
+  unsigned later;
+  unsigned mark;
+  int round;
 
   uvs__publish_now(s);
-  s->flags &= ~UVS__SF_KICKED;
-  uv_mutex_lock(&s->lock);
-  if (what & FIRE_TIMERS)
-    uvs__fire_timers(s);
-  dispatch(s);
-  uv_mutex_unlock(&s->lock);
+  s->flags |= UVS__SF_SETTLING;
+  later = 0;
+  owed = __atomic_exchange_n(&s->owed, UVS__BELL_SETTLING, __ATOMIC_ACQ_REL);
+  owed = (owed & ~UVS__BELL_SETTLING) | why;
+  for (round = 1;; round++) {
+    if (!settle_once(s, owed, &later))
+      return;
+    mark = UVS__BELL_SETTLING;
+    if (__atomic_compare_exchange_n(&s->owed, &mark, 0, 0, __ATOMIC_ACQ_REL,
+                                    __ATOMIC_ACQUIRE))
+      break; /* nothing rung meanwhile */
+    if (round == SETTLE_ROUNDS) {
+      later |= __atomic_exchange_n(&s->owed, 0, __ATOMIC_ACQ_REL) &
+               ~UVS__BELL_SETTLING;
+      break;
+    }
+    owed = __atomic_exchange_n(&s->owed, UVS__BELL_SETTLING, __ATOMIC_ACQ_REL) &
+           ~UVS__BELL_SETTLING;
+  }
+  s->flags &= ~UVS__SF_SETTLING;
 
-  /* One loop turn per loop iteration, whichever callback comes first (the
-   * idle phase, or the async callback in the poll phase), so that timers
-   * and I/O run between two turns (guarantee 7). */
-  if ((what & LOOP_TURN) && !(s->flags & UVS__SF_TURNED) && uvs__loop_turn(s))
-    s->flags |= UVS__SF_TURNED;
-  uvs__deliver(s);
-  call_space_cbs(s);
-  if (uvs__finish_closes(s))
-    return;
-
-  uv_mutex_lock(&s->lock);
-  dispatch(s); /* for work that done callbacks just scheduled */
-  uvs__rearm_timer(s, timer_cb);
-  /* Ready pool workers left on their lists wait for a drain to end, which
-   * comes back here: only loop work needs the idle handle. */
-  more = (s->flags & UVS__SF_KICKED) || !uvs__queue_empty(&s->loop_ready) ||
-         uvs__load_acq(&s->done_top) != NULL;
-  uv_mutex_unlock(&s->lock);
-
-  if (more)
+  /* What is left (the next loop turn, or what the rounds did not reach)
+   * goes to the idle handle, which keeps the loop from blocking in its
+   * poll; with nothing owed the loop may block. A ring from another thread
+   * after this point finds owed clear and sends the async. */
+  if (later != 0)
+    __atomic_fetch_or(&s->owed, later, __ATOMIC_ACQ_REL);
+  if (uvs__load_acq(&s->owed) != 0)
     uv_idle_start(&s->idle, idle_cb);
   else
     uv_idle_stop(&s->idle);
@@ -301,15 +326,15 @@ int uvs__loop_init(uv_loop_t* loop, uvs_sched_t* s) {
   }
   uv_timer_init(loop, &s->timer);
   uv_idle_init(loop, &s->idle);
-  uv_prepare_init(loop, &s->prepare);
   uv_check_init(loop, &s->check);
-  /* They mark phases; they never keep the loop alive. */
-  uv_unref((uv_handle_t*) &s->prepare);
+  /* It marks a phase; it never keeps the loop alive. */
   uv_unref((uv_handle_t*) &s->check);
+  /* Registered once, as libuv registers uv__work_done: a ring on the loop
+   * thread starts the idle handle with it (uvs__ring()). */
+  s->on_idle = idle_cb;
   s->async.data = s;
   s->timer.data = s;
   s->idle.data = s;
-  s->prepare.data = s;
   s->check.data = s;
   return 0;
 }
@@ -322,6 +347,5 @@ void uvs__loop_start(uvs_sched_t* s) {
   if (!s->keep_alive)
     uv_unref((uv_handle_t*) &s->async);
   uv_idle_start(&s->idle, idle_cb);
-  uv_prepare_start(&s->prepare, prepare_cb);
   uv_check_start(&s->check, check_cb);
 }

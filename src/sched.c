@@ -83,7 +83,7 @@ int uvs_sched_init(uv_loop_t* loop,
   uvs__queue_init(&s->wide_ready);
   uvs__queue_init(&s->soon);
   uvs__store_rel(&s->done_top, NULL);
-  s->handles = 5;
+  s->handles = 4;
   s->timer_due = UINT64_MAX;
   s->timer_asked = UINT64_MAX;
   uvs__store_rel(&s->state, UVS__SS_OPEN);

@@ -184,7 +184,7 @@ void uvs__advance(uvs_sched_t* s, uint64_t ms) {
     uvs__timers_expire(s->timers, now / 1000, fire, &now);
   }
   uvs__store_rel(&s->manual_now, target);
-  uvs__kick(s);
+  uvs__ring(s, UVS__BELL_TIMER);
   uv_mutex_unlock(&s->lock);
 }
 

@@ -189,10 +189,8 @@ static uvs__queue_t* ready_list(uvs_worker_t* w) {
 void uvs__worker_make_ready(uvs_worker_t* w) {
   w->phase = UVS__P_READY;
   uvs__queue_push(ready_list(w), &w->ready_node);
-  if (w->where == UVS_POOL)
-    uvs__kick_ready(w->sched);
-  else
-    uvs__kick(w->sched);
+  uvs__ring(w->sched,
+            w->where == UVS_POOL ? UVS__BELL_DISPATCH : UVS__BELL_TURN);
 }
 
 
@@ -236,7 +234,8 @@ void uvs__turn_ended(uvs_worker_t* w) {
   unsigned idle;
 
   if (w->flags & UVS__WF_CLOSING)
-    uvs__kick(w->sched); /* the loop sweeps and completes closes (close.c) */
+    uvs__ring(w->sched, UVS__BELL_CLOSE); /* the loop sweeps and completes
+                                           * closes (close.c) */
   w->phase = UVS__P_IDLE;
   if (!uvs__worker_nonempty(w)) {
     /* The other half of uvs__worker_push()'s hand-off. */

@@ -524,13 +524,16 @@ static void rj_producer(void* arg) {
 
 
 /* A pool worker made ready in the loop's poll phase (an async callback
- * here, a read callback in a server) gets its drain posted within the
- * schedule call (guarantee 12: at once), not after the callback returns:
- * the callback waits, with a deadline, for the task to run. */
+ * here, a read callback in a server) gets its drain posted at once
+ * (guarantee 12): before the loop goes round to poll again, with no timer
+ * or idle phase in between. A prepare handle, which runs just before the
+ * next poll, finds the drain posted; then the task runs. */
 static event_t poll_ran;
 static uvs_worker_t poll_w;
 static uvs_task_t poll_task;
-static int poll_seen;
+static uv_prepare_t poll_prepare;
+static int poll_scheduled;
+static int poll_posted_before_poll;
 
 static void poll_run(uvs_task_t* task) {
   (void) task;
@@ -540,7 +543,18 @@ static void poll_run(uvs_task_t* task) {
 
 static void poll_async_cb(uv_async_t* handle) {
   ASSERT_OK(uvs_schedule(&poll_w, &poll_task));
-  poll_seen = ev_wait(&poll_ran, 1, 10000);
+  poll_scheduled = 1;
+  uv_close((uv_handle_t*) handle, NULL);
+}
+
+
+static void poll_prepare_cb(uv_prepare_t* handle) {
+  uvs_stats_t st;
+
+  if (!poll_scheduled)
+    return;
+  uvs_sched_stats(&sched, &st);
+  poll_posted_before_poll = st.drains == 1;
   uv_close((uv_handle_t*) handle, NULL);
 }
 
@@ -553,10 +567,13 @@ TEST_IMPL(conserve_poll_phase_posts_at_once) {
   ASSERT_OK(uvs_worker_init(&sched, &poll_w, UVS_POOL));
   ASSERT_OK(uvs_task_init(&poll_task, poll_run, ok_done));
   ASSERT_OK(uv_async_init(&loop, &async, poll_async_cb));
+  ASSERT_OK(uv_prepare_init(&loop, &poll_prepare));
+  ASSERT_OK(uv_prepare_start(&poll_prepare, poll_prepare_cb));
   ASSERT_OK(uv_async_send(&async));
   ndone = 0;
   ASSERT_OK(uv_run(&loop, UV_RUN_DEFAULT));
-  ASSERT_EQ(poll_seen, 1);
+  ASSERT_EQ(poll_posted_before_poll, 1);
+  ASSERT_GE(ev_wait(&poll_ran, 1, 10000), 1);
   ASSERT_EQ(ndone, 1);
   TEST_CLOSE_SCHED_AND_LOOP(&loop, &sched, UVS_CANCEL);
   ev_destroy(&poll_ran);

@@ -103,8 +103,7 @@ struct uvs__queue_s {
   uv_async_t async;                                                            \
   uv_timer_t timer;                                                            \
   uv_idle_t idle;                                                              \
-  uv_prepare_t prepare; /* the poll phase begins */                            \
-  uv_check_t check;     /* the poll phase, and the loop iteration, end */      \
+  uv_check_t check; /* the poll phase, and the loop iteration, end */          \
   uv_mutex_t lock;                                                             \
   uv_cond_t room; /* with lock: uvs_schedule_wait callers, woken together */   \
   uv_thread_t thread;                                                          \
@@ -134,16 +133,16 @@ struct uvs__queue_s {
   unsigned budget;                                                             \
   unsigned linger_us;                                                          \
   unsigned drains;                                                             \
-  unsigned state;      /* atomic */                                            \
-  unsigned flags;      /* loop thread only */                                  \
-  unsigned async_sent; /* atomic */                                            \
-  unsigned inflight;   /* atomic: callers inside the API on this scheduler */  \
-  unsigned handles;    /* libuv handles still open */                          \
+  unsigned state;    /* atomic */                                              \
+  unsigned flags;    /* loop thread only */                                    \
+  unsigned owed;     /* atomic: what the loop owes, UVS__BELL_* */             \
+  unsigned inflight; /* atomic: callers inside the API on this scheduler */    \
+  unsigned handles;  /* libuv handles still open */                            \
   int keep_alive;                                                              \
   struct uvs__runner_s* runners;     /* cap of them, or 1024 at most */        \
   struct uvs__runner_s* runner_free; /* those not posted */                    \
   uint64_t runner_epoch;             /* runs of runners so far */              \
-  unsigned space_any; /* atomic: a worker was listed on space */               \
+  uv_idle_cb on_idle; /* loop.c's idle callback, for uvs__ring() */            \
   unsigned cap;       /* most drains at once: max_concurrency or the pool */   \
   int manual_clock;                                                            \
   uint64_t manual_now; /* atomic: ms, with manual_clock */
