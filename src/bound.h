@@ -55,12 +55,21 @@ typedef struct uvs__hists_s {
 void uvs__hist_add(uvs_hist_t* h, uint64_t ns);
 
 /* A task of w became ready (queued or due): with metrics or max_wait_ms,
- * when, in us, kept in its status until it starts. hists is read only on
- * a worker that counts (metrics implies counting), being off the first 64
- * bytes that a plain worker's schedule reads (private.h). */
+ * when, in us of uv_hrtime(), kept in its status until it starts. The
+ * stamp is taken before the task is published to the queue, and its start
+ * is read from the same clock after it is taken out, so a wait is never
+ * negative (SPEC: "on one clock"). hists is read only on a worker that
+ * counts (metrics implies counting), being off the first 64 bytes that a
+ * plain worker's schedule reads (private.h). */
 static inline void uvs__mark_ready(const uvs_worker_t* w, uvs_task_t* t) {
   if (w->max_wait_us != 0 || (w->counting && w->hists != NULL))
-    t->status = (int) (uint32_t) (uvs__hrtime_late() / 1000);
+    t->status = (int) (uint32_t) (uv_hrtime() / 1000);
+}
+
+/* How long t has been ready at now_ns (uv_hrtime()), in us: 32 bits of us,
+ * which wrap after 71 minutes. */
+static inline uint32_t uvs__waited_us(const uvs_task_t* t, uint64_t now_ns) {
+  return (uint32_t) (now_ns / 1000) - (uint32_t) t->status;
 }
 
 struct uvs__chain_s;
@@ -73,23 +82,18 @@ void uvs__shed(uvs_sched_t* sched,
                struct uvs__chain_s* done);
 /* Has t been ready longer than w's max_wait_ms, at the time a drain would
  * start it? Done-less tasks of the user never are: nothing could tell
- * their owner. Waits are measured in 32 bits of us, which is why a
- * max_wait_ms of 2^31 us or more never sheds. end_ns is the end of the
+ * their owner. Waits are measured in 32 bits of us (uvs__waited_us), which is
+ * why a max_wait_ms of 2^31 us or more never sheds. end_ns is the end of the
  * drain's time slice (0: none), which no task starts after: a task that
  * would not be stale even then needs no clock read, so only tasks within
  * a slice of their limit pay for one. */
 static inline int uvs__stale(const uvs_worker_t* w,
                              const uvs_task_t* t,
                              uint64_t end_ns) {
-  uint32_t ready;
-
   if (w->max_wait_us == 0 || w->max_wait_us == UINT32_MAX ||
       (t->done_cb == NULL && !(uvs__load_rlx(&t->state) & UVS__T_POST)))
     return 0;
-  /* The ready time is from uvs__hrtime_late(), a few us late at most: it
-   * never makes a wait look longer than it was. */
-  ready = (uint32_t) t->status;
-  if (end_ns != 0 && (uint32_t) (end_ns / 1000) - ready <= w->max_wait_us)
+  if (end_ns != 0 && uvs__waited_us(t, end_ns) <= w->max_wait_us)
     return 0;
-  return (uint32_t) (uv_hrtime() / 1000) - ready > w->max_wait_us;
+  return uvs__waited_us(t, uv_hrtime()) > w->max_wait_us;
 }

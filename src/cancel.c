@@ -175,7 +175,7 @@ static int reschedule(uvs_task_t* t, uvs__hazard_t* hz, uint64_t delay) {
   unsigned st;
   int err;
 
-  t_call = uvs__hrtime_late();
+  t_call = uv_hrtime();
   err = lock_custody(t, hz, &s, &st);
   if (err == UV_EBUSY && closing_holds(t, hz))
     return UV_ESHUTDOWN; /* it comes back as the close decides */

@@ -117,7 +117,6 @@ static void run_counted(uvs_sched_t* s,
                         uvs__queue_t* posts,
                         uvs__chain_t* done) {
   uint64_t start;
-  uint32_t ready;
 
   /* seq_cst, against a producer that marks the worker full (bound.c). */
   if (w->keys == NULL)
@@ -132,10 +131,7 @@ static void run_counted(uvs_sched_t* s,
     run_one(s, w, c, t, posts, done);
   } else {
     start = uv_hrtime();
-    ready = (uint32_t) t->status;
-    uvs__hist_add(
-        &w->hists->wait,
-        (uint64_t) (uint32_t) ((uint32_t) (start / 1000) - ready) * 1000);
+    uvs__hist_add(&w->hists->wait, (uint64_t) uvs__waited_us(t, start) * 1000);
     run_one(s, w, c, t, posts, done);
     uvs__hist_add(&w->hists->run, uv_hrtime() - start);
   }
@@ -252,8 +248,6 @@ static void turn_init(turn_t* tn,
   tn->c.ran = lane != NULL ? &lane->nran : &w->nran;
   tn->c.ended = lane != NULL ? &lane->nended_run : &w->nended_run;
   tn->own.end_ns = 0;
-  tn->own.end_tick = 0;
-  tn->own.per_ms = 0;
   tn->sl = &tn->own;
   tn->budget = budget;
   tn->batch_max = UVS__BATCH;
@@ -325,9 +319,10 @@ static unsigned run_batch(turn_t* tn, uvs_task_t** slots, unsigned n) {
    * the keys let the next task of each start. */
   uvs__chain_push(s, &tn->done);
   tn->ran += i;
-  /* The real clock once a batch (every UVS__BATCH tasks for a lane, which
-   * takes one at a time) as well: the tick counter of another core may run
-   * behind this one's. */
+  /* Once a batch (every UVS__BATCH tasks for a lane, which takes one at a
+   * time): a slice that passed during the batch's last task ends the turn
+   * before another batch is moved out, and one that did not lets batches
+   * grow. */
   if (tn->sl->end_ns != 0 && !tn->over &&
       (tn->lane == NULL || tn->ran % UVS__BATCH < i)) {
     if (uv_hrtime() >= tn->sl->end_ns)
@@ -425,8 +420,6 @@ void uvs__run_ready(uvs_sched_t* s, uvs_worker_t* first) {
    * coming: going on saves that post. */
   left = s->budget;
   sl.end_ns = 0;
-  sl.end_tick = 0;
-  sl.per_ms = 0;
   if (left == 0)
     uvs__slice_start(&sl);
   w = first;
@@ -473,8 +466,6 @@ int uvs__loop_turn(uvs_sched_t* s) {
     return 0; /* most calls from the async callback: only pool work */
   }
   sl.end_ns = 0;
-  sl.end_tick = 0;
-  sl.per_ms = 0;
   if (s->budget == 0)
     uvs__slice_start(&sl);
   uvs__queue_move(&s->loop_ready, &turns);

@@ -56,7 +56,7 @@ void uvs__alloc_fail_after(long n);
 void uvs__alloc_fail_all(int on);
 unsigned long uvs__alloc_count(void);
 
-#include "clock.h"
+#include "slice.h"
 
 /* ---- queue.h: intrusive circular list ---------------------------------- */
 #include "queue.h"
@@ -257,7 +257,7 @@ int uvs__post_init(uvs_sched_t* sched);
  *   handback.c               lists; the end of custody
  *   keyq.c                   a wide worker's keyed queue, per-key bounds
  *   keys.c postpool.c wheel.c    key table and lanes; post nodes; wheel
- *   inbox.c hazard.c clock.c alloc.c version.c    leaves
+ *   inbox.c hazard.c alloc.c version.c    leaves
  */
 
 /* The scheduler's clock in ms: uv_hrtime(), or the manual clock. */

@@ -261,7 +261,7 @@ static int schedule(uvs_worker_t* w,
   int foreign;
   int err;
 
-  t_call = delayed ? uvs__hrtime_late() : 0;
+  t_call = delayed ? uv_hrtime() : 0;
   if (w == NULL || t == NULL || t->run_cb == NULL)
     return UV_EINVAL;
   if (delayed && delay_ms > UVS__MAX_MS)
