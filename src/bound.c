@@ -180,54 +180,76 @@ int uvs__admit(uvs_worker_t* w, int locked) {
 }
 
 
-/* Wakes the oldest blocked producer, if any. Lock held. */
-static void wake_one(uvs_worker_t* w) {
+/* Takes up to n of w's blocked producers off its list, oldest first,
+ * woken (lock held); returns whether it took any, owed a broadcast of
+ * room. */
+static int take_waiters(uvs_worker_t* w, uint64_t n) {
   uvs__queue_t* q;
   uvs__waiter_t* waiter;
+  unsigned taken;
 
-  q = uvs__queue_shift(&w->waiters);
-  if (q == NULL)
-    return;
-  waiter = uvs__container_of(q, uvs__waiter_t, node);
-  __atomic_store_n(&w->nwaiters, w->nwaiters - 1, __ATOMIC_SEQ_CST);
-  waiter->woken = 1;
-  uv_cond_signal(&waiter->cond);
+  taken = 0;
+  while (taken < n && (q = uvs__queue_shift(&w->waiters)) != NULL) {
+    waiter = uvs__container_of(q, uvs__waiter_t, node);
+    waiter->woken = 1;
+    taken++;
+  }
+  if (taken == 0)
+    return 0;
+  __atomic_store_n(&w->nwaiters, w->nwaiters - taken, __ATOMIC_SEQ_CST);
+  return 1;
 }
 
 
 void uvs__wake_all(uvs_worker_t* w) {
-  while (!uvs__queue_empty(&w->waiters)) wake_one(w);
+  if (take_waiters(w, UINT64_MAX))
+    uv_cond_broadcast(&w->sched->room);
 }
 
 
 void uvs__space_check(uvs_worker_t* w, int locked) {
   uvs_sched_t* s;
+  uint64_t queued;
   unsigned full;
   int owe;
+  int wake;
 
   /* The out counts were raised with seq_cst (run_counted(), or under the
    * lock), and full and nwaiters are stored seq_cst: either we see a
    * producer's "full" and its wait, or it sees the room we made (admit()
-   * looks again after it marks the worker full). */
+   * looks again after it marks the worker full). A waiter stays listed
+   * until it is woken, so the task whose start takes queued down to the
+   * refill mark finds it. */
   owe = 0;
+  queued = uvs__queued_now(w);
   full = __atomic_load_n(&w->full, __ATOMIC_SEQ_CST);
-  if (full && uvs__queued_now(w) <= w->low_water) {
+  if (full && queued <= w->low_water) {
     full = 1;
     owe = __atomic_compare_exchange_n(&w->full, &full, 0, 0, __ATOMIC_SEQ_CST,
                                       __ATOMIC_RELAXED) &&
           w->space_cb != NULL;
   }
-  if (!owe && __atomic_load_n(&w->nwaiters, __ATOMIC_SEQ_CST) == 0)
+  wake = __atomic_load_n(&w->nwaiters, __ATOMIC_SEQ_CST) != 0 &&
+         queued <= uvs__refill_mark(w->max_pending);
+  if (!owe && !wake)
     return;
   s = w->sched;
   if (!locked)
     uv_mutex_lock(&s->lock);
   if (owe && !(w->space_owed & UVS__OWE_SPACE) && !(w->flags & UVS__WF_CLOSING))
     owe_cb(w, UVS__OWE_SPACE);
-  if (w->nwaiters != 0 && uvs__queued_now(w) < w->max_pending)
-    wake_one(w);
+  /* As many as there is room for, in the order they began to wait: the
+   * rest sleep on, first in line for the next round. */
+  queued = uvs__queued_now(w);
+  wake = wake && queued < w->max_pending &&
+         take_waiters(w, w->max_pending - queued);
   if (!locked)
     uv_mutex_unlock(&s->lock);
+  /* After the unlock, so that the woken do not wake only to wait for the
+   * lock: room outlives every waiter, and one that saw woken first has
+   * nothing left to be told. */
+  if (wake)
+    uv_cond_broadcast(&s->room);
 }
 
 
@@ -262,12 +284,18 @@ int uvs__wait_room(uvs_worker_t* w,
   waiter->woken = 0;
   uvs__queue_push(&w->waiters, &waiter->node);
   __atomic_store_n(&w->nwaiters, w->nwaiters + 1, __ATOMIC_SEQ_CST);
-  /* Room made before we were listed is seen here (see space_check). */
-  while (!waiter->woken && !uvs__shut(s, w) && full_for(w, key)) {
-    now = uv_hrtime();
-    if (now >= deadline ||
-        uv_cond_timedwait(&waiter->cond, &s->lock, deadline - now) != 0)
-      break;
+  /* Room made before we were listed is seen here (see space_check). Once
+   * asleep, a waiter sleeps until it is woken, which is when queued (or
+   * its key's count) is down to the refill mark and its turn has come, or
+   * a close, or its deadline: then it takes whatever room there is. A
+   * broadcast for other waiters finds it not woken: it sleeps on. */
+  if (full_for(w, key)) {
+    while (!waiter->woken && !uvs__shut(s, w)) {
+      now = uv_hrtime();
+      if (now >= deadline ||
+          uv_cond_timedwait(&s->room, &s->lock, deadline - now) != 0)
+        break;
+    }
   }
   if (!waiter->woken) {
     uvs__queue_remove(&waiter->node);

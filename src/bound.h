@@ -7,10 +7,12 @@
 static inline int uvs__counting(const uvs_worker_t* w) {
   return w->counting;
 }
-/* A producer blocked in uvs_schedule_wait(), on w->waiters (lock). */
+/* A producer blocked in uvs_schedule_wait(), on w->waiters (lock). It
+ * sleeps on the scheduler's one condition variable, room, so that waking
+ * every waiter of a worker is one broadcast; a waiter of another worker
+ * that was not woken goes back to sleep. */
 typedef struct uvs__waiter_s {
   uvs__queue_t node;
-  uv_cond_t cond;
   int woken;
 } uvs__waiter_t;
 /* Counts a task into a counting worker: 0, or UV_EAGAIN if it is full and
@@ -18,8 +20,8 @@ typedef struct uvs__waiter_s {
 int uvs__admit(uvs_worker_t* worker, int locked);
 /* A queued task was taken out other than by the drain (lock held). */
 void uvs__unqueued(uvs_worker_t* worker);
-/* Room was made in a bounded worker: owe space_cb at low_water, wake a
- * blocked producer. */
+/* Room was made in a bounded worker: owe space_cb at low_water, wake the
+ * blocked producers at the refill mark. */
 void uvs__space_check(uvs_worker_t* worker, int locked);
 /* Raises queued_max to queued if it is below (atomic max). */
 void uvs__note_max(uvs_worker_t* worker, uint64_t queued);
@@ -44,8 +46,16 @@ void uvs__keys_space_check(uvs_worker_t* worker);
 /* worker->space_owed: what the loop owes a worker listed on sched->space. */
 #define UVS__OWE_SPACE 1u /* space_cb */
 #define UVS__OWE_KEYS 2u  /* key_space_cb, for the keys its entries list */
-/* Wakes every blocked producer of a closing worker (lock held). */
+/* Wakes every blocked producer (lock held): room for them all to fill, or
+ * a close. */
 void uvs__wake_all(uvs_worker_t* worker);
+/* Blocked producers are woken together once queued falls to this, rather
+ * than one per started task (SPEC 0.4: a blocked call may go on waiting
+ * while queued is above max - max(1, max / 8)); for a key, with
+ * key_max_pending. */
+static inline uint64_t uvs__refill_mark(uint64_t max) {
+  return max - (max / 8 > 1 ? max / 8 : 1);
+}
 /* A worker with metrics keeps its histograms here, allocated at init and
  * freed when its close completes, after its close callback returns. */
 typedef struct uvs__hists_s {

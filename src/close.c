@@ -260,6 +260,7 @@ static void handle_closed(uv_handle_t* handle) {
     call_close_cb(s, w, NULL);
     uv_mutex_unlock(&s->lock);
   }
+  uv_cond_destroy(&s->room);
   uv_mutex_destroy(&s->lock);
   if (cb != NULL)
     cb(s);

@@ -16,17 +16,20 @@
 #include "keytab.h"
 
 
-/* With key_max_pending (lock held): e's count fell. Room for a blocked
- * producer, and key_space_cb owed once a full key falls to half its
- * bound. e->queued and e->full are atomics: a lane counts out the tasks
- * of a key's run as they start, without the lock (uvs__keys_started). */
+/* With key_max_pending (lock held): e's count fell. Room for the blocked
+ * producers once it is at the key's refill mark, and key_space_cb owed
+ * once a full key falls to half its bound. e->queued and e->full are atomics: a
+ * lane counts out the tasks of a key's run as they start, without the lock
+ * (uvs__keys_started). */
 void uvs__keys_counted_out(uvs_worker_t* w, uvs__kent_t* e) {
   uvs__keys_t* k;
+  size_t queued;
 
   k = w->keys;
-  k->news |= UVS__KEYS_ROOM;
-  if (__atomic_load_n(&e->full, __ATOMIC_SEQ_CST) &&
-      __atomic_load_n(&e->queued, __ATOMIC_SEQ_CST) <= w->key_max / 2) {
+  queued = __atomic_load_n(&e->queued, __ATOMIC_SEQ_CST);
+  if (queued <= uvs__refill_mark(w->key_max))
+    k->news |= UVS__KEYS_ROOM;
+  if (__atomic_load_n(&e->full, __ATOMIC_SEQ_CST) && queued <= w->key_max / 2) {
     __atomic_store_n(&e->full, 0, __ATOMIC_SEQ_CST);
     if (w->key_space_cb != NULL && !e->owed && !(w->flags & UVS__WF_CLOSING)) {
       e->owed = 1;
@@ -51,9 +54,12 @@ int uvs__keys_started(uvs_worker_t* w, uvs__kent_t* e) {
   /* seq_cst, against a producer that marks the key full and then looks at
    * the count again, and one that waits for room (bound.c): either it sees
    * this task out, or this sees its mark. */
-  __atomic_fetch_sub(&e->queued, 1, __ATOMIC_SEQ_CST);
+  size_t queued;
+
+  queued = __atomic_sub_fetch(&e->queued, 1, __ATOMIC_SEQ_CST);
   return __atomic_load_n(&e->full, __ATOMIC_SEQ_CST) ||
-         __atomic_load_n(&w->nwaiters, __ATOMIC_SEQ_CST) != 0;
+         (__atomic_load_n(&w->nwaiters, __ATOMIC_SEQ_CST) != 0 &&
+          queued <= uvs__refill_mark(w->key_max));
 }
 
 

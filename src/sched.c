@@ -53,10 +53,16 @@ int uvs_sched_init(uv_loop_t* loop,
   err = uvs__post_init(s);
   if (err == 0) {
     err = lock_init(&s->lock);
+    if (err == 0 && uv_cond_init(&s->room) != 0) {
+      uv_mutex_destroy(&s->lock);
+      err = UV_ENOMEM;
+    }
     if (err == 0) {
       err = uvs__loop_init(loop, s);
-      if (err != 0)
+      if (err != 0) {
+        uv_cond_destroy(&s->room);
         uv_mutex_destroy(&s->lock);
+      }
     }
     if (err != 0)
       uvs__post_free_all(s);

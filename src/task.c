@@ -336,16 +336,11 @@ int uvs_schedule_wait(uvs_worker_t* w, uvs_task_t* t, uint64_t timeout_ms) {
     deadline = timeout_ms > (UINT64_MAX - now) / 1000000
                    ? UINT64_MAX
                    : now + timeout_ms * 1000000;
-    if (uv_cond_init(&waiter.cond) != 0) {
-      uvs__worker_unpin(w, pinned);
-      return UV_ENOMEM;
-    }
     while (err == UV_EAGAIN) {
       err = uvs__wait_room(w, &waiter, t->key, deadline);
       if (err == 0)
         err = schedule(w, t, 0, 0, 0, 0);
     }
-    uv_cond_destroy(&waiter.cond);
   }
   if (err == UV_EAGAIN || err == UV_ETIMEDOUT)
     uvs__add_sc(&w->nrejected, 1);

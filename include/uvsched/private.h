@@ -106,6 +106,7 @@ struct uvs__queue_s {
   uv_prepare_t prepare; /* the poll phase begins */                            \
   uv_check_t check;     /* the poll phase, and the loop iteration, end */      \
   uv_mutex_t lock;                                                             \
+  uv_cond_t room; /* with lock: uvs_schedule_wait callers, woken together */   \
   uv_thread_t thread;                                                          \
   uvs_sched_close_cb close_cb;                                                 \
   struct uvs__queue_s workers;    /* open workers */                           \

@@ -1,0 +1,290 @@
+/* Producers blocked in uvs_schedule_wait() (SPEC 0.2, "Bounded", with the
+ * 0.4 sentence on waking in batches): a blocked call may go on waiting
+ * while queued is above max_pending - max(1, max_pending / 8), so that
+ * producers wake together; but every task gets in, in each producer's
+ * order, no call is rejected while there is room by its deadline, and a
+ * close still wakes everyone.
+ *
+ * How much batching saves is measured in bench/ (uvsched-producers), not
+ * here. */
+
+#include "helpers.h"
+
+#include <stdatomic.h>
+
+#define NPROD 4
+#define PER_PROD 50000
+#define MAXP 64
+
+typedef struct {
+  uvs_task_t task;
+  int prod;
+  int seq;
+  atomic_int busy; /* scheduled, not yet handed back */
+} witem_t;
+
+typedef struct {
+  uv_thread_t thread;
+  witem_t* items; /* a ring, reused once handed back */
+  int accepted;
+  int failed;    /* a call that did not return 0 */
+  int next_run;  /* the seq its next task must have (runs are serial) */
+  int bad_order; /* a task that ran out of its producer's order */
+  int bad_done;  /* a hand-back with a non-zero status */
+} producer_t;
+
+#define RING (MAXP * 4)
+
+static uv_loop_t loop;
+static uvs_sched_t sched;
+static uvs_worker_t worker;
+static producer_t prods[NPROD];
+static atomic_int producing;
+static uv_async_t all_in;
+static int per_prod;
+
+static void witem_run(uvs_task_t* task) {
+  witem_t* it;
+  producer_t* p;
+
+  it = TEST_CONTAINER_OF(task, witem_t, task);
+  p = &prods[it->prod];
+  if (it->seq != p->next_run)
+    p->bad_order++;
+  p->next_run = it->seq + 1;
+}
+
+static void witem_done(uvs_task_t* task, int status) {
+  witem_t* it;
+
+  it = TEST_CONTAINER_OF(task, witem_t, task);
+  if (status != 0)
+    prods[it->prod].bad_done++;
+  atomic_store_explicit(&it->busy, 0, memory_order_release);
+}
+
+static void produce(void* arg) {
+  producer_t* p;
+  witem_t* it;
+  uint64_t end;
+  int seq;
+  int err;
+
+  p = arg;
+  end = uv_hrtime() + (uint64_t) TEST_WAIT_MS * 4 * 1000000u;
+  for (seq = 0; seq < per_prod; seq++) {
+    it = &p->items[seq % RING];
+    /* The slot was handed back long ago: the worker holds MAXP tasks. */
+    while (atomic_load_explicit(&it->busy, memory_order_acquire)) {
+      if (uv_hrtime() > end) {
+        p->failed++;
+        goto out;
+      }
+      uv_sleep(1);
+    }
+    it->seq = seq;
+    atomic_store_explicit(&it->busy, 1, memory_order_relaxed);
+    err = uvs_schedule_wait(&worker, &it->task, TEST_WAIT_MS);
+    if (err != 0) {
+      atomic_store_explicit(&it->busy, 0, memory_order_relaxed);
+      fprintf(stderr, "producer %d, task %d: %s\n", (int) (p - prods), seq,
+              uv_strerror(err));
+      p->failed++;
+      break;
+    }
+    p->accepted++;
+  }
+out:
+  if (atomic_fetch_sub(&producing, 1) == 1)
+    uv_async_send(&all_in);
+}
+
+static void all_in_cb(uv_async_t* handle) {
+  uv_close((uv_handle_t*) handle, NULL);
+}
+
+/* NPROD threads each schedule per_prod tasks, one call at a time, onto a
+ * worker bounded at MAXP that blocks: all get in and run in order. */
+static void many_producers(uvs_where_t where) {
+  uvs_worker_options_t wo;
+  uvs_worker_metrics_t m;
+  int i;
+  int j;
+
+  per_prod = PER_PROD;
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+  per_prod = PER_PROD / 5; /* still hundreds of rounds of waking */
+#endif
+  ASSERT_OK(uv_loop_init(&loop));
+  ASSERT_OK(uvs_sched_init(&loop, &sched, NULL));
+  memset(&wo, 0, sizeof(wo));
+  wo.max_pending = MAXP;
+  wo.on_full = UVS_FULL_BLOCK;
+  ASSERT_OK(uvs_worker_init_ex(&sched, &worker, where, &wo));
+  ASSERT_OK(uv_async_init(&loop, &all_in, all_in_cb));
+  atomic_store(&producing, NPROD);
+  for (i = 0; i < NPROD; i++) {
+    memset(&prods[i], 0, sizeof(prods[i]));
+    prods[i].items = calloc(RING, sizeof(witem_t));
+    ASSERT_NOT_NULL(prods[i].items);
+    for (j = 0; j < RING; j++) {
+      ASSERT_OK(uvs_task_init(&prods[i].items[j].task, witem_run, witem_done));
+      prods[i].items[j].prod = i;
+    }
+  }
+  for (i = 0; i < NPROD; i++)
+    ASSERT_OK(uv_thread_create(&prods[i].thread, produce, &prods[i]));
+  /* all_in keeps the loop alive until the last producer is through. */
+  ASSERT_OK(uv_run(&loop, UV_RUN_DEFAULT));
+  for (i = 0; i < NPROD; i++) ASSERT_OK(uv_thread_join(&prods[i].thread));
+  ASSERT_OK(uvs_worker_metrics(&worker, &m));
+  TEST_CLOSE_SCHED_AND_LOOP(&loop, &sched, UVS_DRAIN);
+  for (i = 0; i < NPROD; i++) {
+    ASSERT_EQ(prods[i].failed, 0);
+    ASSERT_EQ(prods[i].accepted, per_prod);
+    ASSERT_EQ(prods[i].next_run, per_prod);
+    ASSERT_EQ(prods[i].bad_order, 0);
+    ASSERT_EQ(prods[i].bad_done, 0);
+    free(prods[i].items);
+  }
+  ASSERT_UINT64_EQ(m.rejected, 0);
+  ASSERT_UINT64_EQ(m.scheduled, (uint64_t) NPROD * per_prod);
+  ASSERT_UINT64_LE(m.queued_max, MAXP);
+}
+
+TEST_IMPL(wake_many_producers_loop) {
+  many_producers(UVS_LOOP);
+  return 0;
+}
+
+TEST_IMPL(wake_many_producers_pool) {
+  many_producers(UVS_POOL);
+  return 0;
+}
+
+
+/* One producer blocked on a full loop worker whose loop stands still, so
+ * that only what the test does makes room. */
+typedef struct {
+  uvs_task_t task;
+  uint64_t timeout_ms;
+  int err;
+  uint64_t t_call;
+  uint64_t t_ret;
+} blocked_t;
+
+static witem_t filler[MAXP];
+static blocked_t blocked;
+
+static void noop_run(uvs_task_t* task) {
+  (void) task;
+}
+
+static void count_done(uvs_task_t* task, int status) {
+  (void) task;
+  (void) status;
+}
+
+static void block_one(void* arg) {
+  blocked_t* b;
+
+  b = arg;
+  b->t_call = uv_hrtime();
+  b->err = uvs_schedule_wait(&worker, &b->task, b->timeout_ms);
+  b->t_ret = uv_hrtime();
+}
+
+/* Fills a loop worker bounded at MAXP and starts a producer that blocks
+ * on it; returns once the producer is listed as waiting. */
+static void fill_and_block(uv_thread_t* thread, uint64_t timeout_ms) {
+  uvs_worker_options_t wo;
+  uint64_t end;
+  int i;
+
+  ASSERT_OK(uv_loop_init(&loop));
+  ASSERT_OK(uvs_sched_init(&loop, &sched, NULL));
+  memset(&wo, 0, sizeof(wo));
+  wo.max_pending = MAXP;
+  wo.on_full = UVS_FULL_BLOCK;
+  ASSERT_OK(uvs_worker_init_ex(&sched, &worker, UVS_LOOP, &wo));
+  for (i = 0; i < MAXP; i++) {
+    ASSERT_OK(uvs_task_init(&filler[i].task, noop_run, count_done));
+    ASSERT_OK(uvs_schedule(&worker, &filler[i].task));
+  }
+  memset(&blocked, 0, sizeof(blocked));
+  ASSERT_OK(uvs_task_init(&blocked.task, noop_run, count_done));
+  blocked.timeout_ms = timeout_ms;
+  blocked.err = 1;
+  ASSERT_OK(uv_thread_create(thread, block_one, &blocked));
+  /* The worker's count of blocked producers (private, read here only to
+   * know when the producer is asleep rather than to sleep a guess). */
+  end = uv_hrtime() + (uint64_t) TEST_WAIT_MS * 1000000u;
+  while (__atomic_load_n(&worker.nwaiters, __ATOMIC_SEQ_CST) == 0) {
+    ASSERT(uv_hrtime() < end);
+    uv_sleep(1);
+  }
+}
+
+/* Room for one, above the refill mark, and nothing more: the producer may
+ * sleep on, but by its deadline it takes that room rather than time out. */
+TEST_IMPL(wake_room_above_mark_taken_by_deadline) {
+  uv_thread_t thread;
+
+  fill_and_block(&thread, 300);
+  ASSERT_OK(uvs_task_cancel(&filler[0].task));
+  ASSERT_OK(uv_thread_join(&thread));
+  ASSERT_EQ(blocked.err, 0);
+  /* Not much later than its deadline: 300 ms, and generous slack. */
+  ASSERT_UINT64_LT(blocked.t_ret - blocked.t_call,
+                   (uint64_t) TEST_WAIT_MS * 1000000u);
+  TEST_CLOSE_SCHED_AND_LOOP(&loop, &sched, UVS_CANCEL);
+  return 0;
+}
+
+/* Down to the refill mark: the producer is woken now, long before its
+ * deadline of a minute. */
+TEST_IMPL(wake_at_refill_mark) {
+  uv_thread_t thread;
+  int i;
+
+  fill_and_block(&thread, 60000);
+  for (i = 0; i < MAXP / 8; i++) ASSERT_OK(uvs_task_cancel(&filler[i].task));
+  ASSERT_OK(uv_thread_join(&thread));
+  ASSERT_EQ(blocked.err, 0);
+  ASSERT_UINT64_LT(blocked.t_ret - blocked.t_call,
+                   (uint64_t) TEST_WAIT_MS * 1000000u);
+  TEST_CLOSE_SCHED_AND_LOOP(&loop, &sched, UVS_CANCEL);
+  return 0;
+}
+
+/* No room at all: UV_ETIMEDOUT at the deadline, counted once. */
+TEST_IMPL(wake_full_times_out_once) {
+  uvs_worker_metrics_t m;
+  uv_thread_t thread;
+
+  fill_and_block(&thread, 100);
+  ASSERT_OK(uv_thread_join(&thread));
+  ASSERT_ERR(blocked.err, UV_ETIMEDOUT);
+  ASSERT_UINT64_GE(blocked.t_ret - blocked.t_call, 100 * 1000000u);
+  ASSERT_OK(uvs_worker_metrics(&worker, &m));
+  ASSERT_UINT64_EQ(m.rejected, 1);
+  TEST_CLOSE_SCHED_AND_LOOP(&loop, &sched, UVS_CANCEL);
+  return 0;
+}
+
+/* A close wakes a blocked producer at once with UV_ESHUTDOWN. */
+TEST_IMPL(wake_close_shuts_out) {
+  uv_thread_t thread;
+  int close_calls;
+
+  fill_and_block(&thread, 60000);
+  close_calls = 0;
+  sched.data = &close_calls;
+  ASSERT_OK(uvs_sched_close(&sched, UVS_CANCEL, test_close_cb_counter));
+  ASSERT_OK(uv_thread_join(&thread));
+  ASSERT_ERR(blocked.err, UV_ESHUTDOWN);
+  ASSERT_OK(uv_run(&loop, UV_RUN_DEFAULT));
+  ASSERT_EQ(close_calls, 1);
+  ASSERT_OK(uv_loop_close(&loop));
+  return 0;
+}
