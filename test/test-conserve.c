@@ -378,6 +378,78 @@ TEST_IMPL(conserve_wide_pool) {
 }
 
 
+/* ---- conserve_pool_size_* ---------------------------------------------- */
+/* Guarantee 12 at the pool's exact size: with no cap of the scheduler's
+ * own, the cap is libuv's pool size, so P serial workers, each with one
+ * task that waits until all P run, all get a drain at once, on a pool of
+ * P threads (UV_THREADPOOL_SIZE set before the pool starts, or unset: 4).
+ * conserve_wide_pool leaves 4 threads spare, which a cap of the pool's
+ * size minus one would pass; here a cap one short leaves one task
+ * waiting for a drain that the others hold, and they fail at the
+ * deadline. */
+#define PS_MAX 8
+
+static uvs_worker_t ps_w[PS_MAX];
+static uvs_task_t ps_t[PS_MAX];
+static event_t ps_in;
+static int ps_n;
+
+static void ps_run(uvs_task_t* task) {
+  int n;
+
+  (void) task;
+  ev_add(&ps_in);
+  n = ev_wait(&ps_in, ps_n, 10000);
+  if (n < ps_n)
+    test_failed(__FILE__, __LINE__,
+                "only %d of %d tasks started on a pool of %d threads in 10 s",
+                n, ps_n, ps_n);
+}
+
+
+static void pool_size_all_start(const char* env, int p) {
+  int i;
+
+  if (env != NULL)
+    ASSERT_OK(setenv("UV_THREADPOOL_SIZE", env, 1));
+  else
+    ASSERT_OK(unsetenv("UV_THREADPOOL_SIZE"));
+  ASSERT_LE(p, PS_MAX);
+  ps_n = p;
+  setup(NULL);
+  ev_init(&ps_in);
+  for (i = 0; i < p; i++) {
+    ASSERT_OK(uvs_worker_init(&sched, &ps_w[i], UVS_POOL));
+    ASSERT_OK(uvs_task_init(&ps_t[i], ps_run, ok_done));
+    ASSERT_OK(uvs_schedule(&ps_w[i], &ps_t[i]));
+  }
+  ASSERT_OK(uv_run(&loop, UV_RUN_DEFAULT));
+  ASSERT_EQ(ndone, p);
+  ASSERT_EQ(ev_get(&ps_in), p);
+  TEST_CLOSE_SCHED_AND_LOOP(&loop, &sched, UVS_CANCEL);
+  ev_destroy(&ps_in);
+}
+
+
+TEST_IMPL(conserve_pool_size_4) {
+  pool_size_all_start("4", 4);
+  return 0;
+}
+
+
+TEST_IMPL(conserve_pool_size_6) {
+  pool_size_all_start("6", 6);
+  return 0;
+}
+
+
+/* No UV_THREADPOOL_SIZE: libuv's pool has 4 threads, and so has the cap. */
+TEST_IMPL(conserve_pool_size_default) {
+  pool_size_all_start(NULL, 4);
+  return 0;
+}
+
+
 /* ---- conserve_loop_timer_between_turns --------------------------------- */
 /* A loop worker with two long tasks; the first starts a 5 ms uv_timer and
  * runs 100 ms. Guarantee 7: one turn per loop iteration, whichever callback
