@@ -194,6 +194,7 @@ typedef struct out_write_s {
   uv_write_t req;
   conn_t* conn;
   char* base;
+  size_t len; /* Bytes of base: all held until the write is called back. */
   unsigned answers;
 } out_write_t;
 
@@ -215,6 +216,7 @@ struct conn_s {
   unsigned inflight;  /* Tasks on the worker, not yet handed back. */
   unsigned owed;      /* Requests parsed whose final answer is not out yet. */
   unsigned writes;    /* uv_write requests not yet called back. */
+  size_t write_bytes; /* ... and the bytes of their buffers. */
   request_t* stalled; /* Parsed, refused by the full worker: next to go. */
   request_t* held;    /* Fault injection only (HTTP_PIPELINE_FAULT). */
   int has_worker;
@@ -331,6 +333,7 @@ struct server_s {
   uint64_t addr_refused; /* Closed at once: over --max-conn-per-addr. */
   uint64_t bad_chunked;  /* Chunked bodies refused by conn_chunk(). */
   uint64_t out_peak;     /* Most answer bytes one connection held (pending). */
+  uint64_t mem_peak;     /* Most bytes one connection held (conn_mem()). */
   uint64_t timeouts[DEADLINE_LINGER + 1];
   uint64_t answers_out_of_order;
   uint64_t done_out_of_order;
@@ -417,7 +420,7 @@ static const char* reason(int status) {
 
 static void out_printf(conn_t* conn, const char* fmt, ...) {
   va_list ap;
-  size_t room;
+  size_t room, cap;
   int n;
 
   for (;;) {
@@ -431,7 +434,14 @@ static void out_printf(conn_t* conn, const char* fmt, ...) {
       conn->out_len += (size_t) n;
       return;
     }
-    conn->out_cap = conn->out_cap * 2 + (size_t) n + 256;
+    /* Doubles, but never past what --max-out-bytes lets the connection
+     * hold (conn_flush() gives back the rest before the write). */
+    cap = conn->out_cap * 2;
+    if (cap > conn->server->lim.max_out_bytes + HEAD_BOUND + BODY_MAX)
+      cap = conn->server->lim.max_out_bytes + HEAD_BOUND + BODY_MAX;
+    if (cap < conn->out_len + (size_t) n + 1)
+      cap = conn->out_len + (size_t) n + 1;
+    conn->out_cap = cap;
     conn->out = realloc(conn->out, conn->out_cap);
     if (conn->out == NULL)
       fail("realloc", UV_ENOMEM);
@@ -510,13 +520,29 @@ static size_t answer_bound(const request_t* req) {
 }
 
 
-/* Answer bytes the connection holds: written to libuv but not yet to the
- * kernel, not yet handed to libuv, and reserved by requests that are parsed
- * and not yet answered. */
+/* Bytes of memory the connection holds: itself, its request target
+ * buffer, the bytes of a read kept while stalled, its requests, the output
+ * and the buffers of its writes. What docs/backpressure.rst bounds. */
+static size_t conn_mem(const conn_t* conn) {
+  return sizeof(*conn) + conn->server->lim.max_url +
+         (conn->saved != NULL ? conn->saved_off + conn->saved_len : 0) +
+         conn->live * sizeof(request_t) + conn->out_cap + conn->write_bytes;
+}
+
+
+/* Answer bytes the connection holds: in the buffers of its writes until
+ * libuv calls them back (a write partly taken by the kernel still holds
+ * all of its buffer), not yet handed to libuv, and reserved by requests
+ * that are parsed and not yet answered. */
 static size_t conn_pending(conn_t* conn) {
-  size_t pending = conn->tcp.write_queue_size + conn->out_len + conn->reserved;
-  if (pending > conn->server->out_peak)
-    conn->server->out_peak = pending;
+  server_t* s = conn->server;
+  size_t pending = conn->write_bytes + conn->out_len + conn->reserved;
+  size_t mem = conn_mem(conn);
+
+  if (pending > s->out_peak)
+    s->out_peak = pending;
+  if (mem > s->mem_peak)
+    s->mem_peak = mem;
   return pending;
 }
 
@@ -618,6 +644,7 @@ static void on_write(uv_write_t* wreq, int status) {
   conn_t* conn = w->conn;
 
   conn->writes--;
+  conn->write_bytes -= w->len;
   if (status == 0)
     conn->server->responses += w->answers;
   free(w->base);
@@ -682,6 +709,7 @@ static int conn_write_window(conn_t* conn) {
 /* Hands the output to libuv, with one uv_write. */
 static void conn_flush(conn_t* conn) {
   out_write_t* w;
+  char* base;
   uv_buf_t buf;
   int rc;
 
@@ -689,13 +717,22 @@ static void conn_flush(conn_t* conn) {
     return;
   w = xmalloc(sizeof(*w));
   w->conn = conn;
+  /* The buffer is held until the write is called back, which may be long
+   * for a client that does not read: give back what it does not use. */
+  if (conn->out_cap > conn->out_len) {
+    base = realloc(conn->out, conn->out_len);
+    if (base != NULL)
+      conn->out = base;
+  }
   w->base = conn->out;
+  w->len = conn->out_len;
   w->answers = conn->out_answers;
   buf = uv_buf_init(conn->out, (unsigned) conn->out_len);
   conn->out = NULL;
   conn->out_len = conn->out_cap = 0;
   conn->out_answers = 0;
   conn->writes++;
+  conn->write_bytes += w->len;
   conn->queued_bytes += buf.len;
   if (!conn->write_episode) {
     /* The client had taken everything: the write deadline's first window
@@ -954,13 +991,14 @@ static void stats_format(server_t* s, char* body, size_t size) {
       ",\"dropped\":%" PRIu64 ",\"errors\":%" PRIu64 ",\"stalls\":%" PRIu64
       ",\"write_blocks\":%" PRIu64 ",\"half_closes\":%" PRIu64
       ",\"addr_refused\":%" PRIu64 ",\"bad_chunked\":%" PRIu64
-      ",\"out_peak\":%" PRIu64 ",\"header_timeouts\":%" PRIu64
-      ",\"idle_timeouts\":%" PRIu64 ",\"write_timeouts\":%" PRIu64
-      ",\"linger_timeouts\":%" PRIu64 ",\"order_violations\":%" PRIu64
-      ",\"answers_out_of_order\":%" PRIu64 ",\"done_out_of_order\":%" PRIu64
-      ",\"overlaps\":%" PRIu64 ",\"wrong_thread\":%" PRIu64
-      ",\"uvs_scheduled\":%" PRIu64 ",\"uvs_ran\":%" PRIu64
-      ",\"uvs_cancelled\":%" PRIu64 ",\"uvs_pending\":%" PRIu64 "}\n",
+      ",\"out_peak\":%" PRIu64 ",\"mem_peak\":%" PRIu64
+      ",\"header_timeouts\":%" PRIu64 ",\"idle_timeouts\":%" PRIu64
+      ",\"write_timeouts\":%" PRIu64 ",\"linger_timeouts\":%" PRIu64
+      ",\"order_violations\":%" PRIu64 ",\"answers_out_of_order\":%" PRIu64
+      ",\"done_out_of_order\":%" PRIu64 ",\"overlaps\":%" PRIu64
+      ",\"wrong_thread\":%" PRIu64 ",\"uvs_scheduled\":%" PRIu64
+      ",\"uvs_ran\":%" PRIu64 ",\"uvs_cancelled\":%" PRIu64
+      ",\"uvs_pending\":%" PRIu64 "}\n",
       s->mode == MODE_POOL   ? "pool"
       : s->mode == MODE_LOOP ? "loop"
                              : "inline",
@@ -968,7 +1006,7 @@ static void stats_format(server_t* s, char* body, size_t size) {
       s->requests, s->tasks, s->tasks_ran, s->tasks_cancelled, s->tasks_shed,
       s->tasks_inflight, s->responses, s->work_done, s->cancelled, s->shed,
       s->dropped, s->errors, s->stalls, s->write_blocks, s->half_closes,
-      s->addr_refused, s->bad_chunked, s->out_peak,
+      s->addr_refused, s->bad_chunked, s->out_peak, s->mem_peak,
       s->timeouts[DEADLINE_HEADER], s->timeouts[DEADLINE_IDLE],
       s->timeouts[DEADLINE_WRITE], s->timeouts[DEADLINE_LINGER],
       (uint64_t) atomic_load(&s->order_violations), s->answers_out_of_order,
