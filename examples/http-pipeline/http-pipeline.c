@@ -100,6 +100,10 @@
 #define HEAD_BOUND 256    /* More than any answer's status line and headers. */
 #define MAX_CHUNK_EXT 256 /* Bytes of one chunk's extensions. */
 #define MAX_TRAILERS 16   /* Trailer fields of a chunked body. */
+/* The most conn_pending() can reach: --max-out-bytes, and the request
+ * that takes the connection over it (dispatch()) with its answer. */
+#define OUT_BOUND(s) \
+  ((s)->lim.max_out_bytes + HEAD_BOUND + BODY_MAX + sizeof(request_t))
 
 typedef enum { MODE_POOL, MODE_LOOP, MODE_INLINE } run_mode_t;
 
@@ -176,7 +180,7 @@ struct request_s {
   answer_kind_t kind;
   int status;
   int head;       /* A HEAD request: the answer's headers, not its body. */
-  size_t reserve; /* Bytes held against --max-out-bytes until answered. */
+  size_t reserve; /* Bytes held against --max-out-bytes until freed. */
   const char* body;
   conn_header_t conn_header;
   uint64_t rounds;
@@ -438,11 +442,14 @@ static void out_printf(conn_t* conn, const char* fmt, ...) {
       conn->out_len += (size_t) n;
       return;
     }
-    /* Doubles, but never past what --max-out-bytes lets the connection
-     * hold (conn_flush() gives back the rest before the write). */
-    cap = conn->out_cap * 2;
-    if (cap > conn->server->lim.max_out_bytes + HEAD_BOUND + BODY_MAX)
-      cap = conn->server->lim.max_out_bytes + HEAD_BOUND + BODY_MAX;
+    /* Doubles, but never past the room OUT_BOUND leaves beside the
+     * buffers of the writes and the requests not yet answered (what it
+     * lacks for this answer is that answer's own reserve, given back as
+     * soon as it is written); conn_flush() gives back the rest. */
+    room = OUT_BOUND(conn->server) > conn->write_bytes + conn->reserved
+               ? OUT_BOUND(conn->server) - conn->write_bytes - conn->reserved
+               : 0;
+    cap = conn->out_cap * 2 < room ? conn->out_cap * 2 : room;
     if (cap < conn->out_len + (size_t) n + 1)
       cap = conn->out_len + (size_t) n + 1;
     conn->out_cap = cap;
@@ -526,7 +533,7 @@ static size_t answer_bound(const request_t* req) {
 
 /* Bytes of memory the connection holds: itself, its request target
  * buffer, the bytes of a read kept while stalled, its requests, the output
- * and the buffers of its writes. What docs/backpressure.rst bounds. */
+ * and the buffers of its writes. */
 static size_t conn_mem(const conn_t* conn) {
   return sizeof(*conn) + conn->server->lim.max_url +
          (conn->saved != NULL ? conn->saved_off + conn->saved_len : 0) +
@@ -534,10 +541,19 @@ static size_t conn_mem(const conn_t* conn) {
 }
 
 
-/* Answer bytes the connection holds: in the buffers of its writes until
- * libuv calls them back (a write partly taken by the kernel still holds
- * all of its buffer), not yet handed to libuv, and reserved by requests
- * that are parsed and not yet answered. */
+/* The most conn_mem() can be, as docs/backpressure.rst counts it: the
+ * connection, the rest of one read, and OUT_BOUND of requests and
+ * answers. */
+static size_t conn_mem_bound(const server_t* s) {
+  return sizeof(conn_t) + s->lim.max_url + READ_BUF_SIZE + OUT_BOUND(s);
+}
+
+
+/* What the connection holds against --max-out-bytes: the buffers of its
+ * writes until libuv calls them back (a write partly taken by the kernel
+ * still holds all of its buffer), the output not yet handed to libuv, and
+ * the requests parsed and not yet answered, each the size of its record
+ * and the most its answer can take. */
 static size_t conn_pending(conn_t* conn) {
   server_t* s = conn->server;
   size_t pending = conn->write_bytes + conn->out_len + conn->reserved;
@@ -961,9 +977,12 @@ static int conn_submit(conn_t* conn, request_t* req) {
   server_t* s = conn->server;
   int rc;
 
-  /* From now until it is answered, req holds the most its answer can take
-   * against --max-out-bytes (conn_pending()). */
-  req->reserve = answer_bound(req);
+  /* From now until it is answered, req holds its own size and the most its
+   * answer can take against --max-out-bytes (conn_pending()): the library
+   * bounds only the tasks queued, not those started and not yet handed
+   * back, which pile up while the loop thread parses a long read and the
+   * pool runs them. */
+  req->reserve = sizeof(*req) + answer_bound(req);
   conn->reserved += req->reserve;
   if (s->mode == MODE_INLINE || !conn->has_worker) {
     if (req->kind == ANS_WORK) {
@@ -1018,6 +1037,7 @@ static void stats_format(server_t* s, char* body, size_t size) {
       ",\"write_blocks\":%" PRIu64 ",\"half_closes\":%" PRIu64
       ",\"addr_refused\":%" PRIu64 ",\"bad_chunked\":%" PRIu64
       ",\"out_peak\":%" PRIu64 ",\"mem_peak\":%" PRIu64
+      ",\"mem_bound\":%zu"
       ",\"header_timeouts\":%" PRIu64 ",\"idle_timeouts\":%" PRIu64
       ",\"write_timeouts\":%" PRIu64 ",\"linger_timeouts\":%" PRIu64
       ",\"order_violations\":%" PRIu64 ",\"answers_out_of_order\":%" PRIu64
@@ -1033,8 +1053,9 @@ static void stats_format(server_t* s, char* body, size_t size) {
       s->tasks_inflight, s->responses, s->work_done, s->cancelled, s->shed,
       s->dropped, s->errors, s->stalls, s->write_blocks, s->half_closes,
       s->addr_refused, s->bad_chunked, s->out_peak, s->mem_peak,
-      s->timeouts[DEADLINE_HEADER], s->timeouts[DEADLINE_IDLE],
-      s->timeouts[DEADLINE_WRITE], s->timeouts[DEADLINE_LINGER],
+      conn_mem_bound(s), s->timeouts[DEADLINE_HEADER],
+      s->timeouts[DEADLINE_IDLE], s->timeouts[DEADLINE_WRITE],
+      s->timeouts[DEADLINE_LINGER],
       (uint64_t) atomic_load(&s->order_violations), s->answers_out_of_order,
       s->done_out_of_order, (uint64_t) atomic_load(&s->overlaps),
       (uint64_t) atomic_load(&s->wrong_thread), st.scheduled, st.ran,
@@ -1260,7 +1281,15 @@ static int on_header_value(http_parser* p, const char* at, size_t len) {
 
 
 static void send_continue(conn_t* conn) {
-  request_t* req = calloc(1, sizeof(*req));
+  request_t* req;
+
+  /* Optional, and the final answer still has to fit: without room under
+   * --max-out-bytes for both, the client waits a while and sends its body
+   * anyway. */
+  if (conn_pending(conn) + sizeof(*req) + HEAD_BOUND >
+      conn->server->lim.max_out_bytes)
+    return;
+  req = calloc(1, sizeof(*req));
   if (req == NULL)
     fail("calloc", UV_ENOMEM);
   /* Not a request of its own: it goes out just before the final answer of
