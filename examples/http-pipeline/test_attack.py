@@ -12,6 +12,12 @@ leak checks):
                 server's VmRSS stays under baseline + RSS_CAP_MB while they
                 push, every one is closed by --write-timeout 3000 within
                 12 s, and the server still serves
+  memory        50 clients pipeline /stats and never read, reconnecting
+                when closed (at most 150 connections, 10 s): no connection
+                holds more than the server's own per-connection bound
+                (mem_bound), VmRSS grows by less than 1.5 times that bound
+                per client plus 2 MB, is back within 2 MB of idle within
+                5 s of the last close, and the server still serves
   fairness      4 connections pipeline 40 requests of ~100 ms each on a
                 2-thread pool; a victim's light /work (n=1) and /health on
                 fresh connections are answered within FAIR_BOUND_S each
@@ -79,6 +85,10 @@ import harness  # noqa: E402
 from harness import Server, request, work_body  # noqa: E402
 
 RSS_CAP_MB = 64      # never-read: growth over the idle server's VmRSS
+MEM_CLIENTS = 50     # memory: never-reading clients at once ...
+MEM_CONNS = 150      # ... connections in all, reconnects included ...
+MEM_ATTACK_S = 10    # ... for at most this long
+MEM_SLACK_MB = 2     # memory: malloc's own, and what it keeps when idle
 FAIR_BOUND_S = 2.0   # fairness: a light request's latency under heavy load
 HEAVY_ROUNDS = 200000  # ~100 ms of SHA-256 on the machine of the docs
 SHED_CONNS = 64      # shed: flooding connections ...
@@ -296,6 +306,106 @@ def test_never_read(binary, clients=100, opts=None, report=None,
             stop_ok(server)
         else:
             server.stop()
+    return 0
+
+
+# --------------------------------------------------------------- memory
+
+def stats_forever(server, stop, budget):
+    """One client: pipelines /stats without reading, through a 4 KiB
+    window; when the server closes it (the write deadline), connects again,
+    while budget (a shared count of connections) lasts."""
+    burst = b"".join(request("/stats") for _ in range(100))
+    while not stop.is_set():
+        with budget["lock"]:
+            if budget["left"] == 0:
+                return
+            budget["left"] -= 1
+        s = socket.socket()
+        try:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            s.connect((server.host, server.port))
+            s.settimeout(0.2)
+            view, off = memoryview(burst), 0
+            while not stop.is_set():
+                try:
+                    off = (off + s.send(view[off:])) % len(burst)
+                except socket.timeout:
+                    continue
+        except OSError:
+            pass  # Closed by the server: connect again.
+        finally:
+            s.close()
+
+
+def test_memory(binary):
+    """docs/backpressure.rst's bound on what one connection holds, against
+    VmRSS: clients that never read push every connection to its bounds,
+    and reconnect when the write deadline closes them, so that the memory
+    of closed connections is freed while others are open."""
+    server = Server(binary, "pool", threads=2,
+                    extra=["--write-timeout", 3000, "--sndbuf", 65536])
+    stop = threading.Event()
+    try:
+        timed_get(server, "/stats")
+        base = rss_mb(server)
+        bound = server.stats()["mem_bound"]
+        budget = {"lock": threading.Lock(), "left": MEM_CONNS}
+        threads = [threading.Thread(target=stats_forever,
+                                    args=(server, stop, budget), daemon=True)
+                   for _ in range(MEM_CLIENTS)]
+        for t in threads:
+            t.start()
+        t0 = time.monotonic()
+        peak = base
+        while time.monotonic() - t0 < MEM_ATTACK_S:
+            peak = max(peak, rss_mb(server))
+            with budget["lock"]:
+                if budget["left"] == 0:
+                    break
+            time.sleep(0.1)
+        stop.set()
+        for t in threads:
+            t.join(5)
+        # The clients' sockets are closed; the server sees it at its next
+        # write or read, or at the write deadline.
+        check(harness.wait_until(lambda: server.stats()["open"] <= 1, 10,
+                                 0.2),
+              "the server still holds %d connections 10 s after the "
+              "clients left" % (server.stats()["open"] - 1))
+        t1 = time.monotonic()
+        settle = base + MEM_SLACK_MB
+        harness.wait_until(lambda: rss_mb(server) <= settle, 5, 0.2)
+        after = rss_mb(server)
+        st = server.stats()
+        allowed = MEM_CLIENTS * bound * 1.5 / 1e6 + MEM_SLACK_MB
+        print("memory: %d clients, %d connections in %.1f s, %d closed by "
+              "the write deadline; mem_peak %d bytes (mem_bound %d); VmRSS "
+              "%.1f MB idle, peak +%.1f MB (%.0f KB a client; allowed "
+              "+%.1f MB), +%.1f MB %.1f s after the last close" %
+              (MEM_CLIENTS, MEM_CONNS - budget["left"], t1 - t0,
+               st["write_timeouts"], st["mem_peak"], bound, base,
+               peak - base, (peak - base) * 1024 / MEM_CLIENTS, allowed,
+               after - base, time.monotonic() - t1))
+        check(st["write_timeouts"] >= MEM_CLIENTS,
+              "only %d connections closed by the write deadline: the "
+              "clients did not push the server to its bounds" %
+              st["write_timeouts"])
+        check(st["mem_peak"] <= bound, "a connection held %d bytes, over "
+              "its bound of %d" % (st["mem_peak"], bound))
+        if sanitizer(server):
+            print("memory: under %s, VmRSS is not checked" %
+                  sanitizer(server))
+        else:
+            check(peak - base < allowed, "VmRSS grew by %.1f MB (allowed "
+                  "%.1f)" % (peak - base, allowed))
+            check(after <= settle, "VmRSS still %.1f MB over idle 5 s "
+                  "after the clients left" % (after - base))
+        r, dt = timed_get(server, "/health")
+        check(r[0] == 200, "still serving")
+    finally:
+        stop.set()
+        stop_ok(server)
     return 0
 
 
@@ -722,7 +832,8 @@ def test_shed(binary, max_wait=SHED_WAIT_MS):
 # ------------------------------------------------------------ out-bound
 
 OUT_MAX = 16384      # out-bound, slow-read: --max-out-bytes
-ANSWER_BOUND = 4352  # the most one answer can reserve (a /stats)
+ANSWER_BOUND = 4352 + 512  # the most one request can reserve: a /stats
+                          # answer, and its record (280 bytes on x86_64)
 OUT_PARSED_CAP = 400  # out-bound: requests parsed for a client that reads
                       # nothing (one 64 KiB read is ~2000 of them)
 
@@ -1204,6 +1315,7 @@ def test_head(binary):
 TESTS = {
     "slowloris": test_slowloris,
     "never-read": test_never_read,
+    "memory": test_memory,
     "fairness": test_fairness,
     "half-close": test_half_close,
     "malformed": test_malformed,
