@@ -49,13 +49,6 @@ void uvs__keys_space_check(uvs_worker_t* worker);
 /* Wakes every blocked producer (lock held): room for them all to fill, or
  * a close. */
 void uvs__wake_all(uvs_worker_t* worker);
-/* Blocked producers are woken together once queued falls to this, rather
- * than one per started task (SPEC 0.4: a blocked call may go on waiting
- * while queued is above max - max(1, max / 8)); for a key, with
- * key_max_pending. */
-static inline uint64_t uvs__refill_mark(uint64_t max) {
-  return max - (max / 8 > 1 ? max / 8 : 1);
-}
 /* A worker with metrics keeps its histograms here, allocated at init and
  * freed when its close completes, after its close callback returns. */
 typedef struct uvs__hists_s {

@@ -42,6 +42,14 @@ static inline int uvs__is_thread(const uv_thread_t* t) {
 /* libuv's largest thread pool (UV_THREADPOOL_SIZE). */
 #define UVS__POOL_MAX 1024u
 
+/* Blocked producers are woken together once queued falls to this, rather
+ * than one per started task (SPEC 0.4: a blocked call may go on waiting
+ * while queued is above max - max(1, max / 8)); for a key, with
+ * key_max_pending. */
+static inline uint64_t uvs__refill_mark(uint64_t max) {
+  return max - (max / 8 > 1 ? max / 8 : 1);
+}
+
 /* The largest delay, period or clock step, in ms. */
 #define UVS__MAX_MS ((uint64_t) 1 << 40)
 
