@@ -1218,13 +1218,27 @@ static void users_keyed(const bench_cfg_t* cfg) {
 }
 
 
+static int users_part(const char* part) {
+  const char* v;
+
+  v = getenv("UVSB_USERS");
+  return v == NULL || *v == '\0' || strstr(v, part) != NULL;
+}
+
+
 void bench_users(const bench_cfg_t* cfg) {
   printf("# users: libuv pool of %u threads (UV_THREADPOOL_SIZE %s)\n",
          pool_size(),
          getenv("UV_THREADPOOL_SIZE") != NULL ? "as set" : "unset: default");
   fflush(stdout);
-  users_hol(cfg);
-  users_mix(cfg);
-  users_dep(cfg);
-  users_keyed(cfg);
+  /* UVSB_USERS=hol,mix,dep,keyed runs only those parts (all by default):
+   * for quick A/B comparisons of one row. */
+  if (users_part("hol"))
+    users_hol(cfg);
+  if (users_part("mix"))
+    users_mix(cfg);
+  if (users_part("dep"))
+    users_dep(cfg);
+  if (users_part("keyed"))
+    users_keyed(cfg);
 }
