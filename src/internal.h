@@ -379,6 +379,9 @@ int uvs__serve_wide(uvs_sched_t* sched,
                     uvs_worker_t* w,
                     uvs__queue_t* list,
                     uv_after_work_cb lane_done);
+/* Posts a lane that uvs__serve_wide() left on sched->lane_owed (loop
+ * thread; no lock needed). */
+void uvs__lane_post(uvs__lane_t* lane, uv_after_work_cb lane_done);
 /* A lane's uv_work ended (lock held, loop thread). */
 void uvs__lane_ended(uvs__lane_t* lane);
 

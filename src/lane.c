@@ -51,7 +51,17 @@ static void post_lane(uvs_sched_t* s,
   uvs__store_rel(&w->lanes_active, w->lanes_active + 1);
   s->drains++;
   s->stats.drains++;
-  if (uv_queue_work(s->loop, &lane->work, lane_work, lane_done) != 0)
+  /* Posted once the lock is let go (uvs__lane_post): the pool thread it
+   * wakes would otherwise find the lock held and sleep on it again. */
+  (void) lane_done;
+  lane->owed_next = s->lane_owed;
+  s->lane_owed = lane;
+}
+
+
+void uvs__lane_post(uvs__lane_t* lane, uv_after_work_cb lane_done) {
+  if (uv_queue_work(lane->w->sched->loop, &lane->work, lane_work,
+                    lane_done) != 0)
     abort();
 }
 

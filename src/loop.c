@@ -148,6 +148,36 @@ static void dispatch(uvs_sched_t* s) {
     r->first = w;
     s->drains++;
     s->stats.drains++;
+    r->next = s->runner_owed;
+    s->runner_owed = r;
+  }
+}
+
+
+/* Posts what dispatch() took, oldest first (loop thread). Called once the
+ * lock is let go: each uv_queue_work wakes a pool thread, whose drain
+ * takes the lock first thing, and would sleep on it again if the loop
+ * still held it. */
+static void post_owed(uvs_sched_t* s) {
+  uvs__runner_t* r;
+  uvs__runner_t* rev;
+  uvs__lane_t* lane;
+  uvs__lane_t* lrev;
+
+  for (lrev = NULL; (lane = s->lane_owed) != NULL; lrev = lane) {
+    s->lane_owed = lane->owed_next;
+    lane->owed_next = lrev;
+  }
+  while ((lane = lrev) != NULL) {
+    lrev = lane->owed_next;
+    uvs__lane_post(lane, lane_work_done);
+  }
+  for (rev = NULL; (r = s->runner_owed) != NULL; rev = r) {
+    s->runner_owed = r->next;
+    r->next = rev;
+  }
+  while ((r = rev) != NULL) {
+    rev = r->next;
     if (uv_queue_work(s->loop, &r->work, runner_work, runner_done) != 0)
       abort(); /* only fails for a NULL work_cb */
   }
@@ -198,6 +228,7 @@ static int settle_once(uvs_sched_t* s, unsigned owed, unsigned* later) {
       uvs__fire_timers(s);
     dispatch(s);
     uv_mutex_unlock(&s->lock);
+    post_owed(s);
   }
   /* One loop turn per loop iteration, whichever callback comes first (the
    * idle phase, the async callback in the poll phase, the check phase),

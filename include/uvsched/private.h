@@ -141,6 +141,10 @@ struct uvs__queue_s {
   int keep_alive;                                                              \
   struct uvs__runner_s* runners;     /* cap of them, or 1024 at most */        \
   struct uvs__runner_s* runner_free; /* those not posted */                    \
+  /* Loop thread: runners and lanes taken under the lock, to be posted       \
+   * with uv_queue_work once it is let go (newest first). */                 \
+  struct uvs__runner_s* runner_owed;                                           \
+  struct uvs__lane_s* lane_owed;                                               \
   uint64_t runner_epoch;             /* runs of runners so far */              \
   uv_idle_cb on_idle; /* loop.c's idle callback, for uvs__ring() */            \
   unsigned cap;       /* most drains at once: max_concurrency or the pool */   \
