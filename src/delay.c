@@ -31,10 +31,12 @@ void uvs__undelay(uvs_worker_t* w, uvs_task_t* t) {
   uvs__timers_remove(w->sched->timers, t);
   uvs__queue_remove(&t->node);
   w->ndelayed--;
-  /* The uv_timer may be armed for this task (or for a cascade of the
-   * wheel on its way): arm it for what is left, or stop it, so that it
-   * keeps no loop alive for nothing. */
-  if (w->sched->timer_due != UINT64_MAX)
+  /* The last delayed task gone, the uv_timer must stop, so that it keeps
+   * no loop alive for nothing. With others left, a timer armed for this
+   * one finds nothing due when it fires and is armed anew then: cheaper
+   * than a ring per cancel or re-arm. */
+  if (w->sched->timer_due != UINT64_MAX &&
+      uvs__timers_next(w->sched->timers) == UINT64_MAX)
     uvs__ring(w->sched, UVS__BELL_TIMER);
 }
 
