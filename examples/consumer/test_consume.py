@@ -29,6 +29,7 @@ Exit status: 0 passed, 1 failed, 77 skipped (pkg-config missing).
 import argparse
 import glob
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -147,12 +148,14 @@ def by_prefix(args, tmp):
 
     prefix = os.path.join(home, "opt", "uvsched")
     pcs = glob.glob(os.path.join(prefix, "**", "uvsched.pc"), recursive=True)
-    libs = glob.glob(os.path.join(prefix, "**", "libuvsched.so.0"),
-                     recursive=True)
+    # The SONAME's link, libuvsched.so.N (docs/abi.rst).
+    libs = [p for p in glob.glob(os.path.join(prefix, "**", "libuvsched.so.*"),
+                                 recursive=True)
+            if re.fullmatch(r"libuvsched\.so\.[0-9]+", os.path.basename(p))]
     if len(pcs) != 1 or len(libs) != 1 or not os.path.exists(
             os.path.join(prefix, "include", "uvsched.h")):
         raise SystemExit("FAILED: meson install did not put uvsched.pc %r, "
-                         "libuvsched.so.0 %r and uvsched.h under %s"
+                         "libuvsched.so.N %r and uvsched.h under %s"
                          % (pcs, libs, prefix))
     # The rpath build finds the installed library by itself.
     resolved = run(["ldd", os.path.join(src, "app")], env=env)
