@@ -80,7 +80,9 @@ uvs_node_headers() {
 }
 
 # Lists what is missing for building and testing with gcc, then installs it:
-# the toolchain and libuv for the library; libhttp-parser-dev and
+# the toolchain and libuv for the library; cmake for the CMake package
+# files (meson's cmake module needs it) and the install suite's CMake
+# consumer; libhttp-parser-dev and
 # libssl-dev (libcrypto's SHA-256) for the HTTP example
 # (examples/http-pipeline), curl, wrk and h2load (nghttp2-client) for its
 # tests and the demo; node and its headers for the Node addon
@@ -98,6 +100,7 @@ uvs_install_deps() {
   command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)
   command -v python3 >/dev/null 2>&1 || missing+=(python3)
   command -v ninja >/dev/null 2>&1 || missing+=(ninja-build)
+  command -v cmake >/dev/null 2>&1 || missing+=(cmake)
   if ! command -v meson >/dev/null 2>&1; then
     missing+=(meson)
   else
