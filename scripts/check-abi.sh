@@ -31,7 +31,7 @@ if [ "${1:-}" = "--write" ]; then
 fi
 build=${1:-build-abi}
 
-command -v abidiff >/dev/null 2>&1 || uvs_install_pkgs abigail-tools
+command -v abidiff >/dev/null 2>&1 || uvs_install_packaging_deps
 
 if [ ! -f "$build/meson-private/coredata.dat" ] || [ "$build" = build-abi ]; then
   uvs_configure "$build" --buildtype=debugoptimized -Dtests=false \
