@@ -9,8 +9,8 @@ pkg-config: `meson install --destdir TMP` from the build root, then
   cc consumer.c $(pkg-config --cflags --libs uvsched) with PKG_CONFIG_PATH at
   the installed uvsched.pc and PKG_CONFIG_SYSROOT_DIR=TMP, and run it with
   LD_LIBRARY_PATH at the installed library (ldd must resolve it there).
-prefix: the README's recipe for a prefix of one's own, run as it stands
-  (the sh block after the "install-recipe" marker in README.md): a copy of
+prefix: the recipe for a prefix of one's own, run as it stands (the sh
+  code block after the "install-recipe" comment in docs/install.rst): a copy of
   the source tree, HOME=TMP/home, consumer.c as app.c. So it configures a
   build with --prefix=$HOME/opt/uvsched, runs the real `meson install`
   (no --destdir), finds the libdir with `meson introspect`, builds with
@@ -100,26 +100,36 @@ def by_pkg_config(args, tmp):
     return 0
 
 
-RECIPE_MARKER = "<!-- install-recipe:"
+RECIPE_MARKER = ".. install-recipe:"
 
 
-def readme_recipe(source_root):
-    """The sh block that follows the install-recipe marker in README.md."""
-    with open(os.path.join(source_root, "README.md"), encoding="utf-8") as f:
+def install_recipe(source_root):
+    """The sh code block that follows the install-recipe comment in
+    docs/install.rst, dedented."""
+    path = os.path.join(source_root, "docs", "install.rst")
+    with open(path, encoding="utf-8") as f:
         lines = f.read().split("\n")
     for i, line in enumerate(lines):
         if line.startswith(RECIPE_MARKER):
             break
     else:
-        raise SystemExit("FAILED: README.md has no %r marker" % RECIPE_MARKER)
-    if i + 1 >= len(lines) or lines[i + 1].strip() != "```sh":
-        raise SystemExit("FAILED: no ```sh block right after the marker")
+        raise SystemExit("FAILED: docs/install.rst has no %r comment"
+                         % RECIPE_MARKER)
+    rest = [line for line in lines[i + 1:]]
+    while rest and not rest[0].strip():
+        rest.pop(0)
+    if not rest or rest[0].strip() != ".. code-block:: sh":
+        raise SystemExit("FAILED: no sh code block right after the comment")
     block = []
-    for line in lines[i + 2:]:
-        if line.strip() == "```":
-            return "\n".join(block) + "\n"
-        block.append(line)
-    raise SystemExit("FAILED: the recipe's ```sh block is not closed")
+    for line in rest[1:]:
+        if line.strip() and not line.startswith("   "):
+            break
+        block.append(line[3:])
+    while block and not block[0].strip():
+        block.pop(0)
+    if not block:
+        raise SystemExit("FAILED: the recipe's code block is empty")
+    return "\n".join(block).rstrip() + "\n"
 
 
 def copy_source(source_root, dest):
@@ -135,7 +145,7 @@ def by_prefix(args, tmp):
     if shutil.which("pkg-config") is None:
         print("pkg-config is not installed")
         return 77
-    recipe = readme_recipe(args.source_root)
+    recipe = install_recipe(args.source_root)
     src = os.path.join(tmp, "uvsched")
     home = os.path.join(tmp, "home")
     os.makedirs(home)
