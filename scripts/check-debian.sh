@@ -26,10 +26,19 @@ keep=${1:-}
 tmp=$(mktemp -d)
 installed=0
 cleanup() {
+  local p pkgs=()
   if [ "$installed" -eq 1 ]; then
-    uvs_log "removing the packages again"
-    apt-get purge -y -q libuvsched-dev libuvsched1 libuvsched1-dbgsym \
-      </dev/null >/dev/null 2>&1 || true
+    for p in libuvsched-dev libuvsched1; do
+      uvs_deb_installed "$p" && pkgs+=("$p")
+    done
+    if [ "${#pkgs[@]}" -ne 0 ]; then
+      uvs_log "removing the packages again: ${pkgs[*]}"
+      DEBIAN_FRONTEND=noninteractive apt-get purge -y -q "${pkgs[@]}" \
+        </dev/null >"$tmp/purge.log" 2>&1 || {
+        cat "$tmp/purge.log"
+        echo "warning: could not remove ${pkgs[*]}" >&2
+      }
+    fi
   fi
   rm -rf "$tmp"
 }
