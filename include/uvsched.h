@@ -32,9 +32,16 @@ extern "C" {
 #define UVS_EXTERN
 #endif
 
+/* The version of this header. UVS_VERSION_HEX packs it as uvs_version()
+ * does, so that code can test for an API at compile time:
+ * #if UVS_VERSION_HEX >= 0x000400 for 0.4's (older headers lack the macro,
+ * which #if reads as 0). meson.build checks that these agree with the
+ * project's version. */
 #define UVS_VERSION_MAJOR 0
 #define UVS_VERSION_MINOR 3
 #define UVS_VERSION_PATCH 0
+#define UVS_VERSION_HEX \
+  ((UVS_VERSION_MAJOR << 16) | (UVS_VERSION_MINOR << 8) | (UVS_VERSION_PATCH))
 
 typedef struct uvs_sched_s uvs_sched_t;
 typedef struct uvs_worker_s uvs_worker_t;

@@ -5,6 +5,9 @@
 #   uvs_install_deps            install the Debian packages that are missing
 #                               for building, testing and the demo
 #   uvs_install_docs_deps       the same for the Sphinx documentation
+#   uvs_install_packaging_deps  the same for the ABI check and the Debian
+#                               packages (scripts/check-abi.sh,
+#                               scripts/check-debian.sh)
 #   uvs_install_pkgs PKG...     install the given packages (apt-get)
 #   uvs_configure DIR [OPT...]  `meson setup DIR OPT...`, reusing DIR with
 #                               --reconfigure when it is already configured
@@ -80,7 +83,9 @@ uvs_node_headers() {
 }
 
 # Lists what is missing for building and testing with gcc, then installs it:
-# the toolchain and libuv for the library; libhttp-parser-dev and
+# the toolchain and libuv for the library; cmake for the CMake package
+# files (meson's cmake module needs it) and the install suite's CMake
+# consumer; libhttp-parser-dev and
 # libssl-dev (libcrypto's SHA-256) for the HTTP example
 # (examples/http-pipeline), curl, wrk and h2load (nghttp2-client) for its
 # tests and the demo; node and its headers for the Node addon
@@ -98,6 +103,7 @@ uvs_install_deps() {
   command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)
   command -v python3 >/dev/null 2>&1 || missing+=(python3)
   command -v ninja >/dev/null 2>&1 || missing+=(ninja-build)
+  command -v cmake >/dev/null 2>&1 || missing+=(cmake)
   if ! command -v meson >/dev/null 2>&1; then
     missing+=(meson)
   else
@@ -144,6 +150,19 @@ uvs_install_docs_deps() {
   local missing=()
   command -v sphinx-build >/dev/null 2>&1 || missing+=(python3-sphinx)
   uvs_deb_installed python3-myst-parser || missing+=(python3-myst-parser)
+  [ "${#missing[@]}" -eq 0 ] || uvs_install_pkgs "${missing[@]}"
+}
+
+# abidiff and abidw (abigail-tools) for scripts/check-abi.sh; debhelper,
+# dpkg-dev, build-essential (which dpkg-checkbuilddeps requires) and
+# lintian for scripts/check-debian.sh, with debian/control's
+# Build-Depends (cmake, libuv1-dev, meson, ninja-build, pkg-config).
+uvs_install_packaging_deps() {
+  local missing=() p
+  for p in abigail-tools build-essential debhelper dpkg-dev lintian cmake \
+    libuv1-dev meson ninja-build pkg-config; do
+    uvs_deb_installed "$p" || missing+=("$p")
+  done
   [ "${#missing[@]}" -eq 0 ] || uvs_install_pkgs "${missing[@]}"
 }
 

@@ -1,6 +1,6 @@
 /* consumer: the smallest program built against an installed uvsched (with
- * pkg-config) or against uvsched as a meson subproject. It checks that the
- * header and the library agree on the version, then runs three tasks on a
+ * pkg-config or CMake) or against uvsched as a meson subproject. It checks that
+ * the header and the library agree on the version, then runs three tasks on a
  * pool worker and checks their order. Exit status 0 when all is well.
  */
 
@@ -32,13 +32,18 @@ static void job_done(uvs_task_t* task, int status) {
 
 
 int main(void) {
-  unsigned header =
-      (UVS_VERSION_MAJOR << 16) | (UVS_VERSION_MINOR << 8) | UVS_VERSION_PATCH;
+  unsigned header = UVS_VERSION_HEX;
   uv_loop_t* loop = uv_default_loop();
   uvs_worker_t worker;
   job_t jobs[3];
   int i;
 
+  if (header != ((UVS_VERSION_MAJOR << 16) | (UVS_VERSION_MINOR << 8) |
+                 UVS_VERSION_PATCH)) {
+    fprintf(stderr, "consumer: UVS_VERSION_HEX %x disagrees with the parts\n",
+            header);
+    return 1;
+  }
   if (uvs_version() != header) {
     fprintf(stderr, "consumer: header %x, library %x\n", header, uvs_version());
     return 1;

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Suite 'install': build and run consumer.c the ways users get uvsched.
 
-  test_consume.py pkg-config|prefix|subproject --compiler CC
+  test_consume.py pkg-config|prefix|cmake|subproject --compiler CC
                   --sanitize B_SANITIZE --meson MESON --source-root DIR
                   --build-root DIR
 
@@ -9,8 +9,8 @@ pkg-config: `meson install --destdir TMP` from the build root, then
   cc consumer.c $(pkg-config --cflags --libs uvsched) with PKG_CONFIG_PATH at
   the installed uvsched.pc and PKG_CONFIG_SYSROOT_DIR=TMP, and run it with
   LD_LIBRARY_PATH at the installed library (ldd must resolve it there).
-prefix: the README's recipe for a prefix of one's own, run as it stands
-  (the sh block after the "install-recipe" marker in README.md): a copy of
+prefix: the recipe for a prefix of one's own, run as it stands (the sh
+  code block after the "install-recipe" comment in docs/install.rst): a copy of
   the source tree, HOME=TMP/home, consumer.c as app.c. So it configures a
   build with --prefix=$HOME/opt/uvsched, runs the real `meson install`
   (no --destdir), finds the libdir with `meson introspect`, builds with
@@ -19,16 +19,27 @@ prefix: the README's recipe for a prefix of one's own, run as it stands
   installed libuvsched.so without LD_LIBRARY_PATH. This build is the
   recipe's own (the default compiler, no sanitizers), not the one under
   test.
+cmake: a CMake project (cmake/CMakeLists.txt: find_package(uvsched 0.3
+  CONFIG REQUIRED), target_link_libraries(... uvsched::uvsched)) built
+  with Debian's cmake and ninja, twice: against `meson install --destdir
+  TMP` of the build under test (the shared library; the program must load
+  the installed one without LD_LIBRARY_PATH, through the rpath CMake
+  records), and against a static-only build of the same sources installed
+  the same way (the program must not need libuvsched.so at all). Both
+  find uvsched through CMAKE_PREFIX_PATH at the prefix under TMP.
 subproject: copy project/meson.build and consumer.c to TMP, link
   TMP/subprojects/uvsched to the source root, configure with
   --force-fallback-for=uvsched, build, and run the consumer.
 Both build with the compiler and sanitizers of the build under test.
-Exit status: 0 passed, 1 failed, 77 skipped (pkg-config missing).
+Exit status: 0 passed, 1 failed, 77 skipped (pkg-config or cmake
+missing, or this build installs no CMake package: -Dcmake=disabled).
 """
 
 import argparse
 import glob
+import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -89,26 +100,36 @@ def by_pkg_config(args, tmp):
     return 0
 
 
-RECIPE_MARKER = "<!-- install-recipe:"
+RECIPE_MARKER = ".. install-recipe:"
 
 
-def readme_recipe(source_root):
-    """The sh block that follows the install-recipe marker in README.md."""
-    with open(os.path.join(source_root, "README.md"), encoding="utf-8") as f:
+def install_recipe(source_root):
+    """The sh code block that follows the install-recipe comment in
+    docs/install.rst, dedented."""
+    path = os.path.join(source_root, "docs", "install.rst")
+    with open(path, encoding="utf-8") as f:
         lines = f.read().split("\n")
     for i, line in enumerate(lines):
         if line.startswith(RECIPE_MARKER):
             break
     else:
-        raise SystemExit("FAILED: README.md has no %r marker" % RECIPE_MARKER)
-    if i + 1 >= len(lines) or lines[i + 1].strip() != "```sh":
-        raise SystemExit("FAILED: no ```sh block right after the marker")
+        raise SystemExit("FAILED: docs/install.rst has no %r comment"
+                         % RECIPE_MARKER)
+    rest = [line for line in lines[i + 1:]]
+    while rest and not rest[0].strip():
+        rest.pop(0)
+    if not rest or rest[0].strip() != ".. code-block:: sh":
+        raise SystemExit("FAILED: no sh code block right after the comment")
     block = []
-    for line in lines[i + 2:]:
-        if line.strip() == "```":
-            return "\n".join(block) + "\n"
-        block.append(line)
-    raise SystemExit("FAILED: the recipe's ```sh block is not closed")
+    for line in rest[1:]:
+        if line.strip() and not line.startswith("   "):
+            break
+        block.append(line[3:])
+    while block and not block[0].strip():
+        block.pop(0)
+    if not block:
+        raise SystemExit("FAILED: the recipe's code block is empty")
+    return "\n".join(block).rstrip() + "\n"
 
 
 def copy_source(source_root, dest):
@@ -124,7 +145,7 @@ def by_prefix(args, tmp):
     if shutil.which("pkg-config") is None:
         print("pkg-config is not installed")
         return 77
-    recipe = readme_recipe(args.source_root)
+    recipe = install_recipe(args.source_root)
     src = os.path.join(tmp, "uvsched")
     home = os.path.join(tmp, "home")
     os.makedirs(home)
@@ -147,12 +168,14 @@ def by_prefix(args, tmp):
 
     prefix = os.path.join(home, "opt", "uvsched")
     pcs = glob.glob(os.path.join(prefix, "**", "uvsched.pc"), recursive=True)
-    libs = glob.glob(os.path.join(prefix, "**", "libuvsched.so.0"),
-                     recursive=True)
+    # The SONAME's link, libuvsched.so.N (docs/abi.rst).
+    libs = [p for p in glob.glob(os.path.join(prefix, "**", "libuvsched.so.*"),
+                                 recursive=True)
+            if re.fullmatch(r"libuvsched\.so\.[0-9]+", os.path.basename(p))]
     if len(pcs) != 1 or len(libs) != 1 or not os.path.exists(
             os.path.join(prefix, "include", "uvsched.h")):
         raise SystemExit("FAILED: meson install did not put uvsched.pc %r, "
-                         "libuvsched.so.0 %r and uvsched.h under %s"
+                         "libuvsched.so.N %r and uvsched.h under %s"
                          % (pcs, libs, prefix))
     # The rpath build finds the installed library by itself.
     resolved = run(["ldd", os.path.join(src, "app")], env=env)
@@ -165,6 +188,106 @@ def by_prefix(args, tmp):
             raise SystemExit("FAILED: app loads %s, not %s" % (got, want))
     else:
         raise SystemExit("FAILED: ldd does not list libuvsched.so for app")
+    return 0
+
+
+def build_options(meson, build_root):
+    """{name: value} of a configured meson build's options."""
+    out = subprocess.run([meson, "introspect", build_root,
+                          "--buildoptions"], stdin=subprocess.DEVNULL,
+                         stdout=subprocess.PIPE, text=True, check=True).stdout
+    return {o["name"]: o["value"] for o in json.loads(out)}
+
+
+def cmake_consumer(args, prefix, tmp, name):
+    """Configures, builds and runs the CMake consumer against the uvsched
+    installed under PREFIX; returns the program's path."""
+    proj = os.path.join(tmp, name)
+    os.makedirs(proj)
+    shutil.copy(os.path.join(HERE, "cmake", "CMakeLists.txt"), proj)
+    shutil.copy(os.path.join(HERE, "consumer.c"), proj)
+    build = os.path.join(proj, "build")
+    env = dict(os.environ)
+    env["CC"] = args.compiler
+    # Only the prefix given: no uvsched from elsewhere.
+    for var in ("PKG_CONFIG_PATH", "PKG_CONFIG_SYSROOT_DIR",
+                "LD_LIBRARY_PATH", "CMAKE_PREFIX_PATH"):
+        env.pop(var, None)
+    cmd = [args.cmake, "-S", proj, "-B", build, "-G", "Ninja",
+           "-DCMAKE_BUILD_TYPE=Debug",
+           "-DCMAKE_C_FLAGS=" + " ".join(["-Wall", "-Wextra", "-Werror"] +
+                                         sanitize_flags(args.sanitize))]
+    if prefix:
+        cmd.append("-DCMAKE_PREFIX_PATH=" + prefix)
+    run(cmd, env=env)
+    run([args.cmake, "--build", build], env=env)
+    exe = os.path.join(build, "consumer")
+    out = run([exe], env=env)
+    if "3 tasks in order" not in out:
+        raise SystemExit("FAILED: the CMake consumer did not run")
+    return exe
+
+
+def needed(exe):
+    """The DT_NEEDED entries of EXE."""
+    out = subprocess.run(["readelf", "-d", exe], stdin=subprocess.DEVNULL,
+                         stdout=subprocess.PIPE, text=True, check=True).stdout
+    return [line.split("[")[1].split("]")[0] for line in out.splitlines()
+            if "(NEEDED)" in line]
+
+
+def by_cmake(args, tmp):
+    if shutil.which("pkg-config") is None or shutil.which(args.cmake) is None:
+        print("pkg-config or cmake is not installed")
+        return 77
+    opts = build_options(args.meson, args.build_root)
+    if opts.get("cmake") == "disabled":
+        print("this build installs no CMake package (-Dcmake=disabled)")
+        return 77
+
+    # The shared library of the build under test.
+    dest = os.path.join(tmp, "dest")
+    run([args.meson, "install", "-C", args.build_root, "--destdir", dest,
+         "--no-rebuild", "--quiet"])
+    if not glob.glob(os.path.join(dest, "**", "uvschedConfigVersion.cmake"),
+                     recursive=True):
+        print("no uvschedConfig.cmake was installed (cmake was not found "
+              "when the build was configured)")
+        return 77
+    prefix = dest + opts["prefix"]
+    exe = cmake_consumer(args, prefix, tmp, "shared")
+    libs = glob.glob(os.path.join(dest, "**", "libuvsched.so.*.*"),
+                     recursive=True)
+    resolved = run(["ldd", exe])
+    want = os.path.realpath(libs[0])
+    for line in resolved.splitlines():
+        if "libuvsched.so" in line:
+            got = line.split("=>")[-1].split("(")[0].strip()
+            if os.path.realpath(got) != want:
+                raise SystemExit("FAILED: the consumer loads %s, not %s"
+                                 % (got, want))
+            break
+    else:
+        raise SystemExit("FAILED: the consumer does not need libuvsched.so")
+
+    # A static-only build of the same sources, its own prefix.
+    build = os.path.join(tmp, "build-static")
+    sprefix = "/opt/uvsched-static"
+    sopts = ["--wrap-mode=nodownload", "--prefix=" + sprefix,
+             "-Ddefault_library=static", "-Dtests=false", "-Dexamples=false",
+             "-Dbench=false", "-Ddocs=disabled", "-Dcmake=enabled"]
+    if args.sanitize not in ("", "none"):
+        sopts += ["-Db_sanitize=" + args.sanitize, "-Db_lundef=false"]
+    env = dict(os.environ)
+    env["CC"] = args.compiler
+    run([args.meson, "setup", build, args.source_root] + sopts, env=env)
+    run([args.meson, "compile", "-C", build], env=env)
+    sdest = os.path.join(tmp, "dest-static")
+    run([args.meson, "install", "-C", build, "--destdir", sdest,
+         "--no-rebuild", "--quiet"])
+    exe = cmake_consumer(args, sdest + sprefix, tmp, "static")
+    if any(n.startswith("libuvsched") for n in needed(exe)):
+        raise SystemExit("FAILED: the static consumer needs %r" % needed(exe))
     return 0
 
 
@@ -194,10 +317,12 @@ def by_subproject(args, tmp):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("how", choices=["pkg-config", "prefix", "subproject"])
+    ap.add_argument("how",
+                    choices=["pkg-config", "prefix", "cmake", "subproject"])
     ap.add_argument("--compiler", default="cc")
     ap.add_argument("--sanitize", default="none")
     ap.add_argument("--meson", default="meson")
+    ap.add_argument("--cmake", default="cmake")
     ap.add_argument("--source-root", required=True)
     ap.add_argument("--build-root", required=True)
     args = ap.parse_args()
@@ -207,6 +332,8 @@ def main():
             rc = by_pkg_config(args, tmp)
         elif args.how == "prefix":
             rc = by_prefix(args, tmp)
+        elif args.how == "cmake":
+            rc = by_cmake(args, tmp)
         else:
             rc = by_subproject(args, tmp)
     finally:
