@@ -31,12 +31,12 @@ void uvs__undelay(uvs_worker_t* w, uvs_task_t* t) {
   uvs__timers_remove(w->sched->timers, t);
   uvs__queue_remove(&t->node);
   w->ndelayed--;
-  /* The last delayed task gone, the uv_timer must stop, so that it keeps
-   * no loop alive for nothing. With others left, a timer armed for this
-   * one finds nothing due when it fires and is armed anew then: cheaper
-   * than a ring per cancel or re-arm. */
-  if (w->sched->timer_due != UINT64_MAX &&
-      uvs__timers_next(w->sched->timers) == UINT64_MAX)
+  /* The worker's last delayed task gone, the loop looks at the timer: if
+   * no other worker has one, it stops, so that it keeps no loop alive for
+   * nothing. With others left, a timer armed for this one finds nothing
+   * due when it fires and is armed anew then: cheaper than a ring per
+   * cancel or re-arm. */
+  if (w->ndelayed == 0 && w->sched->timer_due != UINT64_MAX)
     uvs__ring(w->sched, UVS__BELL_TIMER);
 }
 
