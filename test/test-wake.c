@@ -225,35 +225,34 @@ static void fill_and_block(uv_thread_t* thread, uint64_t timeout_ms) {
   }
 }
 
-/* Room for one, above the refill mark, and nothing more: the producer may
- * sleep on, but by its deadline it takes that room rather than time out. */
-TEST_IMPL(wake_room_above_mark_taken_by_deadline) {
+/* Makes room for `room` tasks under the blocked producer (cancels of
+ * queued ones) and checks that its call gets in, well before the test's
+ * own deadline. */
+static void room_gets_in(int room, uint64_t timeout_ms) {
   uv_thread_t thread;
+  int i;
 
-  fill_and_block(&thread, 300);
-  ASSERT_OK(uvs_task_cancel(&filler[0].task));
+  fill_and_block(&thread, timeout_ms);
+  for (i = 0; i < room; i++) ASSERT_OK(uvs_task_cancel(&filler[i].task));
   ASSERT_OK(uv_thread_join(&thread));
   ASSERT_EQ(blocked.err, 0);
-  /* Not much later than its deadline: 300 ms, and generous slack. */
   ASSERT_UINT64_LT(blocked.t_ret - blocked.t_call,
                    (uint64_t) TEST_WAIT_MS * 1000000u);
   TEST_CLOSE_SCHED_AND_LOOP(&loop, &sched, UVS_CANCEL);
+}
+
+/* Room for one, above the refill mark, and nothing more: the producer may
+ * sleep on, but by its deadline (300 ms) it takes that room rather than
+ * time out. */
+TEST_IMPL(wake_room_above_mark_taken_by_deadline) {
+  room_gets_in(1, 300);
   return 0;
 }
 
 /* Down to the refill mark: the producer is woken now, long before its
  * deadline of a minute. */
 TEST_IMPL(wake_at_refill_mark) {
-  uv_thread_t thread;
-  int i;
-
-  fill_and_block(&thread, 60000);
-  for (i = 0; i < MAXP / 8; i++) ASSERT_OK(uvs_task_cancel(&filler[i].task));
-  ASSERT_OK(uv_thread_join(&thread));
-  ASSERT_EQ(blocked.err, 0);
-  ASSERT_UINT64_LT(blocked.t_ret - blocked.t_call,
-                   (uint64_t) TEST_WAIT_MS * 1000000u);
-  TEST_CLOSE_SCHED_AND_LOOP(&loop, &sched, UVS_CANCEL);
+  room_gets_in(MAXP / 8, 60000);
   return 0;
 }
 
