@@ -66,13 +66,13 @@ void uvs__hist_add(uvs_hist_t* h, uint64_t ns);
  * plain worker's schedule reads (private.h). */
 static inline void uvs__mark_ready(const uvs_worker_t* w, uvs_task_t* t) {
   if (w->max_wait_us != 0 || (w->counting && w->hists != NULL))
-    t->status = (int) (uint32_t) (uv_hrtime() / 1000);
+    uvs__task_set_ready_us(t, (uint32_t) (uv_hrtime() / 1000));
 }
 
 /* How long t has been ready at now_ns (uv_hrtime()), in us: 32 bits of us,
  * which wrap after 71 minutes. */
 static inline uint32_t uvs__waited_us(const uvs_task_t* t, uint64_t now_ns) {
-  return (uint32_t) (now_ns / 1000) - (uint32_t) t->status;
+  return (uint32_t) (now_ns / 1000) - uvs__task_ready_us(t);
 }
 
 struct uvs__chain_s;

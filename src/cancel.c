@@ -12,14 +12,6 @@
 #include <sched.h>
 
 
-static uvs_task_t** batch_slot_of(const uvs_task_t* t) {
-  uintptr_t p;
-
-  p = (uintptr_t) t->node.prev;
-  return (p & 1) ? (uvs_task_t**) (p & ~(uintptr_t) 1) : NULL;
-}
-
-
 /* cancel_locked()'s answer when the task's producer has not linked it yet:
  * let the lock go and try again. Not an error code: it never leaves here. */
 #define NOT_LINKED 1
@@ -39,14 +31,14 @@ static int cancel_locked(uvs_sched_t* s, uvs_task_t* t) {
   }
 
   /* Queued: after the flush it is in the FIFO, or in a drain's batch with
-   * its slot tagged in node.prev; prev is NULL while a producer that has
+   * its slot tagged on it; it is unlinked while a producer that has
    * published the task is still pushing it, a few instructions away, or
    * one that pushed before it is. Waiting for it here would hold up every
    * drain. */
   uvs__inbox_flush(t->worker);
-  if (t->node.prev == NULL)
+  if (uvs__task_unlinked(t))
     return NOT_LINKED;
-  slot = batch_slot_of(t);
+  slot = uvs__task_slot(t);
   if (slot == NULL) {
     uvs__queue_remove(&t->node);
   } else {

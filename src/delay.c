@@ -17,7 +17,7 @@ static void timer_needed(uvs_sched_t* s, uint64_t due) {
 
 void uvs__delay(uvs_worker_t* w, uvs_task_t* t) {
   if (t->period != 0)
-    t->status = 0; /* its grid is on whole ms (uvs__due_us) */
+    uvs__task_set_due_frac(t, 0); /* its grid is on whole ms */
   uvs__timers_insert(w->sched->timers, t);
   uvs__queue_push(&w->delayed, &t->node);
   w->ndelayed++;

@@ -164,7 +164,7 @@ static void put_back(uvs_worker_t* w,
  * held): a cancel can then swap it for a tombstone. */
 static inline void put_slot(uvs_task_t** slots, unsigned i, uvs_task_t* t) {
   __atomic_store_n(&slots[i], t, __ATOMIC_RELAXED);
-  t->node.prev = (uvs__queue_t*) ((uintptr_t) &slots[i] | 1);
+  uvs__task_set_slot(t, &slots[i]);
 }
 
 

@@ -45,7 +45,7 @@ int uvs__to_handback(uvs_task_t* t, int status) {
   unsigned o;
   unsigned n;
 
-  t->status = status;
+  uvs__task_set_result(t, status);
   o = uvs__load_rlx(&t->state);
   do {
     n = (o & ~UVS__T_MASK) | UVS__T_HANDBACK;
@@ -122,7 +122,7 @@ void uvs__end_run(uvs_task_t* t) {
   w = t->worker;
   s = w->sched;
   uv_mutex_lock(&s->lock);
-  ended(w, t->status);
+  ended(w, uvs__task_result(t));
   push_done(s, t);
   uv_mutex_unlock(&s->lock);
 }
@@ -147,7 +147,7 @@ void uvs__deliver(uvs_sched_t* s) {
     next = q->next;
     t = uvs__container_of(q, uvs_task_t, node);
     done = t->done_cb;
-    status = t->status;
+    status = uvs__task_result(t);
     /* From here the task is the user's: done_cb may free or reschedule it. */
     uvs__store_rel(&t->state, UVS__T_FINISHED);
     done(t, status);

@@ -91,9 +91,9 @@ void uvs__timers_expire(uvs__timers_t* timers,
  * batch of slots, the FIFO, and the inbox. Producers push onto the inbox
  * without a lock; everything else needs the scheduler's lock. */
 void uvs__inbox_init(uvs_worker_t* worker);
-/* Any thread, no lock. The caller has set task->node.prev to NULL before
- * the task's state said QUEUED: that marks "in the inbox, or on its way
- * there" for a cancel. */
+/* Any thread, no lock. The caller has marked the task unlinked
+ * (uvs__task_set_unlinked) before its state said QUEUED: that says "in
+ * the inbox, or on its way there" to a cancel. */
 void uvs__inbox_push(uvs_worker_t* worker, uvs_task_t* task);
 /* Lock held: is anything queued (inbox or FIFO)? Orders like a seq_cst load
  * of the inbox's tail. */
@@ -229,6 +229,58 @@ static inline int uvs__shut(uvs_sched_t* s, uvs_worker_t* w) {
 
 #include "hazard.h"
 
+/* ---- the task's overlaid fields ---------------------------------------- */
+/* The only readers and writers of node.prev, tnode (while queued) and
+ * status: the table beside their definition (include/uvsched/private.h)
+ * says what each holds in which state. */
+static inline void uvs__task_set_unlinked(uvs_task_t* t) {
+  t->node.prev = NULL;
+}
+static inline int uvs__task_unlinked(const uvs_task_t* t) {
+  return t->node.prev == NULL;
+}
+static inline void uvs__task_set_slot(uvs_task_t* t, uvs_task_t** slot) {
+  t->node.prev = (uvs__queue_t*) ((uintptr_t) slot | 1);
+}
+/* Its slot in a drain's batch, or NULL if it is not in one. */
+static inline uvs_task_t** uvs__task_slot(const uvs_task_t* t) {
+  uintptr_t p;
+
+  p = (uintptr_t) t->node.prev;
+  return (p & 1) ? (uvs_task_t**) (p & ~(uintptr_t) 1) : NULL;
+}
+static inline void uvs__task_set_kready(uvs_task_t* t, uvs__queue_t* kready) {
+  t->tnode.prev = kready; /* NULL: out of it */
+}
+static inline int uvs__task_in_kready(const uvs_task_t* t,
+                                      const uvs__queue_t* kready) {
+  return t->tnode.prev == kready;
+}
+static inline void uvs__task_set_kent(uvs_task_t* t, void* entry) {
+  t->tnode.next = (uvs__queue_t*) entry;
+}
+static inline void* uvs__task_kent(const uvs_task_t* t) {
+  return t->tnode.next;
+}
+static inline void uvs__task_set_due_frac(uvs_task_t* t, uint32_t us) {
+  t->status = (int) us;
+}
+static inline uint32_t uvs__task_due_frac(const uvs_task_t* t) {
+  return (uint32_t) t->status;
+}
+static inline void uvs__task_set_ready_us(uvs_task_t* t, uint32_t us) {
+  t->status = (int) us;
+}
+static inline uint32_t uvs__task_ready_us(const uvs_task_t* t) {
+  return (uint32_t) t->status;
+}
+static inline void uvs__task_set_result(uvs_task_t* t, int status) {
+  t->status = status;
+}
+static inline int uvs__task_result(const uvs_task_t* t) {
+  return t->status;
+}
+
 /* ---- postpool.c: uvs_post's nodes -------------------------------------- */
 /* A node that runs fn(arg) with no done_cb, or NULL (out of memory). The
  * caller pinned a worker of sched as `pinned` says (uvs__worker_pin): on
@@ -287,7 +339,7 @@ static inline uint64_t uvs__clock_us(const uvs_sched_t* s) {
  * the next whole ms (guarantee 6 allows rounding up; the lateness halves
  * without it). A periodic task's grid stays on whole ms (0 here). */
 static inline uint64_t uvs__due_us(const uvs_task_t* t) {
-  return t->due * 1000 + (uint32_t) t->status;
+  return t->due * 1000 + uvs__task_due_frac(t);
 }
 
 

@@ -63,38 +63,36 @@ int uvs__keys_started(uvs_worker_t* w, uvs__kent_t* e) {
 }
 
 
-/* kready, counted: a task in it has tnode.prev pointing at it (tnode is
- * the timer wheel's link, free while a task is queued; tnode.next holds a
- * head's key entry), so a cancel that unlinks it knows to count it out,
- * and intake's window never shrinks under tasks cancelled from it. */
+/* kready, counted: a task in it is marked so (uvs__task_set_kready), so
+ * that a cancel that unlinks it knows to count it out, and intake's window
+ * never shrinks under tasks cancelled from it. */
 static void ready_push(uvs_worker_t* w, uvs_task_t* t) {
   uvs__queue_push(&w->kready, &t->node);
-  t->tnode.prev = &w->kready;
+  uvs__task_set_kready(t, &w->kready);
   w->keys->nready++;
 }
 
 
 static void ready_unshift(uvs_worker_t* w, uvs_task_t* t) {
   uvs__queue_unshift(&w->kready, &t->node);
-  t->tnode.prev = &w->kready;
+  uvs__task_set_kready(t, &w->kready);
   w->keys->nready++;
 }
 
 
 /* t left kready (lock held): counted out. */
 static void ready_taken(uvs_worker_t* w, uvs_task_t* t) {
-  t->tnode.prev = NULL;
+  uvs__task_set_kready(t, NULL);
   w->keys->nready--;
 }
 
 
-/* The task its key runs next. While queued a task's tnode is free (it is
- * used only in the timer wheel): the head keeps its entry there, so that
- * a lane finds it without a lookup. */
+/* The task its key runs next. The head keeps its entry
+ * (uvs__task_set_kent), so that a lane finds it without a lookup. */
 static void set_head(uvs__kent_t* e, uvs_task_t* t) {
   e->head = t;
   e->taken = 0;
-  t->tnode.next = (uvs__queue_t*) e;
+  uvs__task_set_kent(t, e);
 }
 
 
@@ -147,7 +145,7 @@ uvs_task_t* uvs__keys_pick(uvs_worker_t* w, uvs__kent_t** ent) {
   ready_taken(w, t);
   *ent = NULL;
   if (t->key != 0) {
-    *ent = (uvs__kent_t*) t->tnode.next;
+    *ent = uvs__task_kent(t);
     (*ent)->taken = 1;
     count_out(w, *ent);
   }
@@ -198,7 +196,7 @@ void uvs__keys_release(uvs_worker_t* w, uvs__kent_t* e) {
 void uvs__keys_unlinked(uvs_worker_t* w, uvs_task_t* t) {
   uvs__kent_t* e;
 
-  if (t->tnode.prev == &w->kready)
+  if (uvs__task_in_kready(t, &w->kready))
     ready_taken(w, t); /* a cancel unlinked it from kready */
   if (t->key == 0)
     return;

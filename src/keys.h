@@ -17,7 +17,7 @@ typedef struct uvs__lane_s {
    * lanes would share (drain.c); written by the lane's drain only. */
   uint64_t nran;
   uint64_t nended_run;
-  uvs__kent_t* kent; /* the key entry of the task in its slot */
+  uvs__kent_t* kent;             /* the key entry of the task in its slot */
   struct uvs__lane_s* owed_next; /* on sched->lane_owed */
 } uvs__lane_t;
 /* With key_max_pending: a task of e's run, behind its picked head, starts

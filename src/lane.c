@@ -60,8 +60,8 @@ static void post_lane(uvs_sched_t* s,
 
 
 void uvs__lane_post(uvs__lane_t* lane, uv_after_work_cb lane_done) {
-  if (uv_queue_work(lane->w->sched->loop, &lane->work, lane_work,
-                    lane_done) != 0)
+  if (uv_queue_work(lane->w->sched->loop, &lane->work, lane_work, lane_done) !=
+      0)
     abort();
 }
 

@@ -20,7 +20,7 @@ int uvs_task_init(uvs_task_t* t, uvs_run_cb run, uvs_done_cb done) {
   t->due = 0;
   t->period = 0;
   t->key = 0;
-  t->status = 0;
+  uvs__task_set_result(t, 0);
   uvs__store_rel(&t->state, UVS__T_IDLE);
   return 0;
 }
@@ -176,7 +176,7 @@ static int accept_now(uvs_worker_t* w,
     if (err != 0)
       return err;
   }
-  t->status = 0;
+  uvs__task_set_result(t, 0);
   /* keys before key_max: a plain worker's schedule reads only the first
    * 64 bytes of it (private.h). */
   if (w->keys != NULL && w->key_max != 0) {
@@ -202,7 +202,7 @@ static int accept_now(uvs_worker_t* w,
   uvs__store_rel(&t->worker, w);
   t->period = 0;
   t->due = 0;
-  t->node.prev = NULL; /* on its way to the inbox */
+  uvs__task_set_unlinked(t); /* on its way to the inbox */
   publish(t, claimed, flags | UVS__T_QUEUED);
   uvs__worker_push(w, t, 0);
   return 0;

@@ -24,7 +24,7 @@ void uvs__set_due(uvs_sched_t* s,
                   uint64_t delay) {
   uint64_t us;
 
-  t->status = 0;
+  uvs__task_set_due_frac(t, 0);
   if (s->manual_clock) {
     t->due = uvs__clock_ms(s) + delay;
   } else if (t->period != 0) {
@@ -32,7 +32,7 @@ void uvs__set_due(uvs_sched_t* s,
   } else {
     us = (t_call + 999) / 1000 + delay * 1000;
     t->due = us / 1000;
-    t->status = (int) (us % 1000);
+    uvs__task_set_due_frac(t, (uint32_t) (us % 1000));
   }
 }
 

@@ -202,7 +202,7 @@ void uvs__worker_push(uvs_worker_t* w, uvs_task_t* t, int requeue) {
    * meanwhile. */
   if (requeue) {
     w->nsched--;
-    t->node.prev = NULL; /* see uvs__inbox_push */
+    uvs__task_set_unlinked(t); /* see uvs__inbox_push */
   }
   uvs__inbox_push(w, t);
   /* A wide worker whose lanes all run wants none more: the other half is

@@ -12,9 +12,31 @@ struct uvs__queue_s {
 };
 
 /* A task is in at most one place through `node`: its worker's inbox (next
- * only), FIFO or delayed list, the scheduler's hand-back stack (next only),
- * or a drain's batch (prev holds its slot, tagged). While delayed it is also
- * in a slot of the timer wheel through `tnode`. */
+ * only), FIFO or delayed list, a wide worker's kready, or the scheduler's
+ * hand-back stack (next only). Three fields mean different things in
+ * different states; src/ reads and writes them through the accessors of
+ * src/internal.h ("the task's overlaid fields") and nowhere else:
+ *
+ *   field      state                          holds
+ *   node.prev  queued, until the inbox links  NULL (uvs__task_set_unlinked)
+ *              in a drain's batch             its slot, tagged with bit 0
+ *                                             (uvs__task_set_slot)
+ *              a free post node               the next chain (postpool.c)
+ *   tnode      delayed                        its link in the wheel, or on
+ *                                             the soon list (wheel.c)
+ *              queued on a wide worker        prev: the worker's kready
+ *                                             while it is in it; next: its
+ *                                             key's entry, once it heads
+ *                                             its key (uvs__task_*kready,
+ *                                             uvs__task_*kent)
+ *              a free post node               next: its chain's last node
+ *   status     delayed, one-shot              the µs past its due ms
+ *                                             (uvs__task_*due_frac)
+ *              queued or due, with metrics    the µs of uv_hrtime() when it
+ *              or max_wait_ms                 became ready
+ *                                             (uvs__task_*ready_us)
+ *              handed back, and after         the status for done_cb
+ *                                             (uvs__task_*result) */
 #define UVS_TASK_PRIVATE_FIELDS                      \
   struct uvs__queue_s node;                          \
   struct uvs__queue_s tnode;                         \
@@ -141,13 +163,13 @@ struct uvs__queue_s {
   int keep_alive;                                                              \
   struct uvs__runner_s* runners;     /* cap of them, or 1024 at most */        \
   struct uvs__runner_s* runner_free; /* those not posted */                    \
-  /* Loop thread: runners and lanes taken under the lock, to be posted       \
-   * with uv_queue_work once it is let go (newest first). */                 \
+  /* Loop thread: runners and lanes taken under the lock, to be posted         \
+   * with uv_queue_work once it is let go (newest first). */                   \
   struct uvs__runner_s* runner_owed;                                           \
   struct uvs__lane_s* lane_owed;                                               \
-  uint64_t runner_epoch;             /* runs of runners so far */              \
-  uv_idle_cb on_idle; /* loop.c's idle callback, for uvs__ring() */            \
-  unsigned cap;       /* most drains at once: max_concurrency or the pool */   \
+  uint64_t runner_epoch; /* runs of runners so far */                          \
+  uv_idle_cb on_idle;    /* loop.c's idle callback, for uvs__ring() */         \
+  unsigned cap; /* most drains at once: max_concurrency or the pool */         \
   int manual_clock;                                                            \
   uint64_t manual_now; /* atomic: ms, with manual_clock */
 
