@@ -39,9 +39,9 @@
  * producer that misses it only lists the worker once more. What a holder
  * of the lock does that other threads see only under the lock (taking
  * the inbox in, picking a task, the seeking count, running the task) is
- * one step with what comes before or after it. Kicks of the loop
- * (uvs__kick() in src/loop.c) are not modelled: a listed worker is served
- * as soon as the cap leaves room. Other workers' runners, which share the
+ * one step with what comes before or after it. Rings of the loop's
+ * doorbell (uvs__ring() in src/internal.h) are not modelled: a listed
+ * worker is served as soon as the cap leaves room. Other workers' runners, which share the
  * cap, are not modelled either: CAP counts this worker's lanes only.
  * Closing and cancelling are left out.
  *

@@ -23,9 +23,9 @@
  * of worker->state and the load of the tail in uvs__turn_ended()), which is
  * what makes that faithful. The release store of the link and the acquire
  * load in pop() carry the task's contents, not the decision, and are one
- * step each here. Kicks of the loop (uvs__kick() in src/loop.c) are not
- * modelled: a worker listed as ready is assumed to be dispatched
- * eventually. A drain that stops early (its budget or time slice is spent)
+ * step each here. Rings of the loop's doorbell (uvs__ring() in
+ * src/internal.h) are not modelled: a worker listed as ready is assumed to
+ * be dispatched eventually. A drain that stops early (its budget or time slice is spent)
  * and leaves tasks queued is modelled by BUDGET: tasks a drain moved into
  * its batch and puts back unstarted at the head of the FIFO, under the
  * lock, are tasks it did not take.
