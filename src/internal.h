@@ -423,14 +423,12 @@ void uvs__finish_periodic(uvs_sched_t* sched,
 static inline int uvs__room(const uvs_sched_t* s) {
   return s->drains < s->cap;
 }
-/* Posts a lane, ending in lane_done, for each task of the listed wide
- * worker w that one could start, as far as the width and the cap leave
- * room. Returns 0 if the cap left it wanting more: then it goes back to
- * the head of list. Lock held, loop thread. */
-int uvs__serve_wide(uvs_sched_t* sched,
-                    uvs_worker_t* w,
-                    uvs__queue_t* list,
-                    uv_after_work_cb lane_done);
+/* Takes a lane, for uvs__lane_post() to post once the lock is let go,
+ * for each task of the listed wide worker w that one could start, as far
+ * as the width and the cap leave room. Returns 0 if the cap left it
+ * wanting more: then it goes back to the head of list. Lock held, loop
+ * thread. */
+int uvs__serve_wide(uvs_sched_t* sched, uvs_worker_t* w, uvs__queue_t* list);
 /* Posts a lane that uvs__serve_wide() left on sched->lane_owed (loop
  * thread; no lock needed). */
 void uvs__lane_post(uvs__lane_t* lane, uv_after_work_cb lane_done);

@@ -34,11 +34,9 @@ static void want_lanes(uvs_worker_t* w) {
 }
 
 
-/* Posts one more lane of a wide worker; lanes_active < width says one of
- * its lanes is free. */
-static void post_lane(uvs_sched_t* s,
-                      uvs_worker_t* w,
-                      uv_after_work_cb lane_done) {
+/* Takes one more lane of a wide worker, to be posted once the lock is let
+ * go; lanes_active < width says one of its lanes is free. */
+static void post_lane(uvs_sched_t* s, uvs_worker_t* w) {
   uvs__lane_t* lane;
   unsigned i;
 
@@ -53,7 +51,6 @@ static void post_lane(uvs_sched_t* s,
   s->stats.drains++;
   /* Posted once the lock is let go (uvs__lane_post): the pool thread it
    * wakes would otherwise find the lock held and sleep on it again. */
-  (void) lane_done;
   lane->owed_next = s->lane_owed;
   s->lane_owed = lane;
 }
@@ -66,14 +63,11 @@ void uvs__lane_post(uvs__lane_t* lane, uv_after_work_cb lane_done) {
 }
 
 
-/* Posts a lane for each task of a listed wide worker that one could
+/* Takes a lane for each task of a listed wide worker that one could
  * start, as far as the width and the cap leave room. Returns 0 if the cap
  * left it wanting more: then it goes back to the head of list. Lock
  * held. */
-int uvs__serve_wide(uvs_sched_t* s,
-                    uvs_worker_t* w,
-                    uvs__queue_t* list,
-                    uv_after_work_cb lane_done) {
+int uvs__serve_wide(uvs_sched_t* s, uvs_worker_t* w, uvs__queue_t* list) {
   unsigned want;
   unsigned idle;
   int busy;
@@ -91,7 +85,7 @@ int uvs__serve_wide(uvs_sched_t* s,
   busy = uvs__keys_intake(w) == UV_EAGAIN;
   want = uvs__keys_lanes_wanted(w);
   while (want > 0 && uvs__room(s)) {
-    post_lane(s, w, lane_done);
+    post_lane(s, w);
     want--;
   }
   if (want > 0) {

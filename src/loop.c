@@ -133,7 +133,7 @@ static void dispatch(uvs_sched_t* s) {
   uvs__queue_move(&s->wide_ready, &wide);
   while (uvs__room(s) && !uvs__queue_empty(&wide)) {
     w = uvs__container_of(wide.next, uvs_worker_t, ready_node);
-    if (!uvs__serve_wide(s, w, &wide, lane_work_done))
+    if (!uvs__serve_wide(s, w, &wide))
       break;
   }
   uvs__queue_move(&s->wide_ready, &wide);
