@@ -219,17 +219,19 @@ void uvs__space_check(uvs_worker_t* w, int locked) {
    * looks again after it marks the worker full). A waiter stays listed
    * until it is woken, so the task whose start takes queued down to the
    * refill mark finds it. */
+  full = __atomic_load_n(&w->full, __ATOMIC_SEQ_CST);
+  wake = __atomic_load_n(&w->nwaiters, __ATOMIC_SEQ_CST) != 0;
+  if (!full && !wake)
+    return; /* the common case, per started task: nothing to count */
   owe = 0;
   queued = uvs__queued_now(w);
-  full = __atomic_load_n(&w->full, __ATOMIC_SEQ_CST);
   if (full && queued <= w->low_water) {
     full = 1;
     owe = __atomic_compare_exchange_n(&w->full, &full, 0, 0, __ATOMIC_SEQ_CST,
                                       __ATOMIC_RELAXED) &&
           w->space_cb != NULL;
   }
-  wake = __atomic_load_n(&w->nwaiters, __ATOMIC_SEQ_CST) != 0 &&
-         queued <= uvs__refill_mark(w->max_pending);
+  wake = wake && queued <= uvs__refill_mark(w->max_pending);
   if (!owe && !wake)
     return;
   s = w->sched;
