@@ -312,23 +312,77 @@ int uvs__wait_room(uvs_worker_t* w,
 }
 
 
-/* A task that was ready longer than max_wait_ms is shed instead of run
- * (lock held): handed back with UV_ETIMEDOUT in its place among the
- * batch's hand-backs (so done_cb order still follows the queue's), a post
- * dropped unrun, a periodic task on to its next grid point. */
-void uvs__shed(uvs_sched_t* s,
-               uvs_worker_t* w,
-               uvs_task_t* t,
-               uvs__chain_t* done) {
-  w->nexpired++;
-  if (!(uvs__load_rlx(&t->state) & UVS__T_PERIODIC)) {
-    uvs__drop_to(s, t, UV_ETIMEDOUT, done);
+/* ---- falling due: the entrance of delayed tasks ------------------------ */
+
+/* Counts a task that fell due into its worker's bounds, as a schedule
+ * would be counted: first its key's (key_max_pending), then the worker's
+ * (max_pending), each of which may evict its oldest queued task with
+ * UVS_FULL_DROP_OLDEST. Returns UV_EAGAIN if either is full and rejects,
+ * having counted nothing; sets *keyed if the key's count took it. */
+static int admit_due(uvs_worker_t* w, uvs_task_t* t, int* keyed) {
+  uvs_task_t* evicted;
+  int err;
+
+  *keyed = 0;
+  if (w->key_max != 0) {
+    err = uvs__keys_admit(w, t, &evicted);
+    if (evicted != NULL)
+      uvs__evicted(w, evicted);
+    if (err == UV_EAGAIN)
+      return err;
+    /* Without memory for its key's entry it goes the inbox's way, past
+     * the key's bound, and lanes take it in later. */
+    *keyed = err == 0;
+  }
+  if (w->counting && uvs__admit(w, 1) != 0) {
+    if (*keyed)
+      uvs__keys_unadmit(w, t);
+    return UV_EAGAIN;
+  }
+  return 0;
+}
+
+
+/* A delayed task fell due (timer.c took it out of the wheel): it is
+ * admitted as a schedule would be and joins the tail of its worker's
+ * queue. Full, and the worker or the key rejects: a periodic task skips
+ * this grid point, a one-shot is handed back with UV_ENOBUFS. */
+static void fall_due(uvs_worker_t* w, uvs_task_t* t) {
+  int keyed;
+
+  if (admit_due(w, t, &keyed) != 0) {
+    if (uvs__load_rlx(&t->state) & UVS__T_PERIODIC) {
+      uvs__skip_grid_point(w, t);
+    } else {
+      w->ndropped++;
+      uvs__drop(w->sched, t, UV_ENOBUFS);
+    }
     return;
   }
-  w->nskipped++;
-  if (w->flags & UVS__WF_CLOSING) {
-    uvs__drop(s, t, UV_ECANCELED);
+  uvs__due(w, t, keyed);
+}
+
+
+void uvs__fall_due(uvs__queue_t* due) {
+  uvs__queue_t* q;
+  uvs_task_t* t;
+
+  while ((q = uvs__queue_shift(due)) != NULL) {
+    t = uvs__container_of(q, uvs_task_t, tnode);
+    fall_due(t->worker, t);
+  }
+}
+
+
+void uvs__due(uvs_worker_t* w, uvs_task_t* t, int keyed) {
+  uvs__task_update(t, UVS__T_MASK, UVS__T_QUEUED);
+  uvs__mark_ready(w, t);
+  /* With per-key bounds every queued task is filed under its key once its
+   * key's count has taken it (without memory for the key's entry it goes
+   * the inbox's way, and lanes take it in later). */
+  if (keyed) {
+    uvs__worker_file(w, t);
     return;
   }
-  uvs__skip_grid_point(w, t);
+  uvs__worker_push(w, t, 1);
 }

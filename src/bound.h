@@ -27,6 +27,13 @@ void uvs__space_check(uvs_worker_t* worker, int locked);
 void uvs__note_max(uvs_worker_t* worker, uint64_t queued);
 /* Tasks queued now in a counting worker. */
 uint64_t uvs__queued_now(uvs_worker_t* worker);
+/* Tasks that fell due (uvs__timers_due), each admitted as a schedule
+ * would be and queued, or, full, skipping its grid point (periodic) or
+ * handed back with UV_ENOBUFS (lock held). */
+void uvs__fall_due(uvs__queue_t* due);
+/* Queues a delayed task that fell due (lock held); keyed: its key's count
+ * (key_max_pending) has taken it already. */
+void uvs__due(uvs_worker_t* worker, uvs_task_t* task, int keyed);
 /* Blocks a producer (no lock held) until room for a task of key, a close
  * (UV_ESHUTDOWN) or the deadline (UV_ETIMEDOUT, on uv_hrtime()); 0: try
  * again. */

@@ -399,17 +399,18 @@ void uvs__set_due(uvs_sched_t* sched,
                   uint64_t delay);
 /* Publishes uv_now() as the scheduler's uvs_now(). Loop thread. */
 void uvs__publish_now(uvs_sched_t* sched);
-/* Moves due delayed tasks to their workers' queues (lock held). */
-void uvs__fire_timers(uvs_sched_t* sched);
+/* Takes the delayed tasks due by now out of the wheel and their workers'
+ * delayed lists onto due, through tnode, in due order, for
+ * uvs__fall_due() (lock held). */
+void uvs__timers_due(uvs_sched_t* sched, uvs__queue_t* due);
+/* A manual clock's step towards target: to the next time something is
+ * due, taking what is due then onto due as uvs__timers_due() does;
+ * returns 0, with the clock at target, once nothing is due by then (lock
+ * held, loop thread). */
+int uvs__clock_step(uvs_sched_t* sched, uint64_t target, uvs__queue_t* due);
 /* Arms the loop's uv_timer, with timer_cb, for the next due time, or stops
  * it (lock held, loop thread). */
 void uvs__rearm_timer(uvs_sched_t* sched, uv_timer_cb timer_cb);
-/* Moves a manual clock ms on, firing what falls due in due order. Loop
- * thread, no lock held. */
-void uvs__advance(uvs_sched_t* sched, uint64_t ms);
-/* Queues a delayed task that fell due (lock held); keyed: its key's count
- * (key_max_pending) has taken it already. */
-void uvs__due(uvs_worker_t* worker, uvs_task_t* task, int keyed);
 /* A periodic run stands for every grid point passed by the time it
  * starts. */
 void uvs__coalesce(uvs_task_t* task);

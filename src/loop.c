@@ -220,12 +220,16 @@ static void call_space_cbs(uvs_sched_t* s) {
  * for what is due next. Returns 0 if the scheduler's handles began to
  * close: nothing of it may be touched after. */
 static int settle_once(uvs_sched_t* s, unsigned owed, unsigned* later) {
+  uvs__queue_t due;
   int closes;
 
   if (owed & (FIRE_TIMERS | UVS__BELL_DISPATCH)) {
     uv_mutex_lock(&s->lock);
-    if (owed & FIRE_TIMERS)
-      uvs__fire_timers(s);
+    if (owed & FIRE_TIMERS) {
+      uvs__queue_init(&due);
+      uvs__timers_due(s, &due);
+      uvs__fall_due(&due);
+    }
     dispatch(s);
     uv_mutex_unlock(&s->lock);
     post_owed(s);

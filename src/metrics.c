@@ -1,8 +1,9 @@
-/* Per-worker metrics (0.2): the histograms a worker with `metrics` keeps
- * (drains add to them as tasks start and end), uvs_worker_metrics(), and
- * uvs_hist_quantile(). The counts it reports are kept where they change:
- * the bound's in bound.c, the runs' by the drains, the rest under the
- * lock by whoever hands a task back.
+/* Per-worker metrics (0.2) and shedding (0.3): the histograms a worker
+ * with `metrics` keeps (drains add to them as tasks start and end),
+ * uvs_worker_metrics(), uvs_hist_quantile(), and what happens to a task
+ * that waited longer than max_wait_ms. The counts it reports are kept
+ * where they change: the bound's in bound.c, the runs' by the drains, the
+ * rest under the lock by whoever hands a task back.
  */
 
 #include "internal.h"
@@ -156,4 +157,26 @@ int uvs_worker_metrics(const uvs_worker_t* worker, uvs_worker_metrics_t* out) {
   if (s != NULL)
     uvs__worker_leave(w);
   return 0;
+}
+
+
+/* A task that was ready longer than max_wait_ms is shed instead of run
+ * (lock held): handed back with UV_ETIMEDOUT in its place among the
+ * batch's hand-backs (so done_cb order still follows the queue's), a post
+ * dropped unrun, a periodic task on to its next grid point. */
+void uvs__shed(uvs_sched_t* s,
+               uvs_worker_t* w,
+               uvs_task_t* t,
+               uvs__chain_t* done) {
+  w->nexpired++;
+  if (!(uvs__load_rlx(&t->state) & UVS__T_PERIODIC)) {
+    uvs__drop_to(s, t, UV_ETIMEDOUT, done);
+    return;
+  }
+  w->nskipped++;
+  if (w->flags & UVS__WF_CLOSING) {
+    uvs__drop(s, t, UV_ECANCELED);
+    return;
+  }
+  uvs__skip_grid_point(w, t);
 }

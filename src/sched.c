@@ -109,11 +109,19 @@ uint64_t uvs_now(const uvs_sched_t* sched) {
 
 
 int uvs_clock_advance(uvs_sched_t* s, uint64_t ms) {
+  uvs__queue_t due;
+  uint64_t target;
+
   if (s == NULL || !s->manual_clock || ms > UVS__MAX_MS)
     return UV_EINVAL;
   if (uvs__load_acq(&s->state) == UVS__SS_CLOSED || !uvs__on_loop_thread(s))
     return UV_EINVAL;
-  uvs__advance(s, ms);
+  uv_mutex_lock(&s->lock);
+  target = uvs__load_rlx(&s->manual_now) + ms;
+  uvs__queue_init(&due);
+  while (uvs__clock_step(s, target, &due)) uvs__fall_due(&due);
+  uvs__ring(s, UVS__BELL_TIMER);
+  uv_mutex_unlock(&s->lock);
   return 0;
 }
 
