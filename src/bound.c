@@ -312,6 +312,21 @@ int uvs__wait_room(uvs_worker_t* w,
 }
 
 
+void uvs__worker_file(uvs_worker_t* w, uvs_task_t* t) {
+  unsigned idle;
+
+  uvs__keys_file(w, t);
+  /* Under the lock, as lane_work_done() and serve_wide() in loop.c are:
+   * a lane is wanted if one is free and the worker is not listed. */
+  if (w->lanes_active >= w->width)
+    return;
+  idle = UVS__WS_IDLE;
+  if (__atomic_compare_exchange_n(&w->state, &idle, UVS__WS_SCHEDULED, 0,
+                                  __ATOMIC_SEQ_CST, __ATOMIC_RELAXED))
+    uvs__worker_make_ready(w);
+}
+
+
 /* ---- falling due: the entrance of delayed tasks ------------------------ */
 
 /* Counts a task that fell due into its worker's bounds, as a schedule

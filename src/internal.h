@@ -509,7 +509,8 @@ uint64_t uvs__worker_ran(uvs_worker_t* worker);
 void uvs__worker_fold_counts(uvs_worker_t* worker);
 /* Lock held: is anything queued, in the inbox, the FIFO or kready? */
 static inline int uvs__worker_nonempty(uvs_worker_t* w) {
-  return uvs__inbox_nonempty(w) || uvs__keys_nonempty(w);
+  return uvs__inbox_nonempty(w) ||
+         (w->keys != NULL && !uvs__queue_empty(&w->kready));
 }
 
 /* ---- task.c ------------------------------------------------------------ */

@@ -243,11 +243,6 @@ uvs_task_t* uvs__keys_take(uvs_worker_t* w) {
 }
 
 
-int uvs__keys_nonempty(uvs_worker_t* w) {
-  return w->keys != NULL && !uvs__queue_empty(&w->kready);
-}
-
-
 unsigned uvs__keys_lanes_wanted(uvs_worker_t* w) {
   uvs__keys_t* k;
   uvs__queue_t* q;

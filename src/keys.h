@@ -57,7 +57,6 @@ void uvs__keys_release(uvs_worker_t* w, uvs__kent_t* e);
 void uvs__keys_unlinked(uvs_worker_t* w, uvs_task_t* t);
 /* Takes any queued task out (close, eviction), oldest runnable first. */
 uvs_task_t* uvs__keys_take(uvs_worker_t* w);
-int uvs__keys_nonempty(uvs_worker_t* w);
 /* Lanes w wants posted now (guarantee 12): one for each task in kready
  * that no lane posted and not yet picking will take, as far as the width
  * leaves room. */

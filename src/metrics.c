@@ -160,6 +160,46 @@ int uvs_worker_metrics(const uvs_worker_t* worker, uvs_worker_metrics_t* out) {
 }
 
 
+/* ---- a worker's counts, its lanes' included ------------------------- */
+
+
+/* The sum of a counter of the worker and the same counter of each lane. */
+static uint64_t lanes_sum(uvs_worker_t* w, size_t off) {
+  uint64_t n;
+  unsigned i;
+
+  n = 0;
+  for (i = 0; w->keys != NULL && i < w->width; i++)
+    n += uvs__load_acq((uint64_t*) ((char*) uvs__keys_lane(w, i) + off));
+  return n;
+}
+
+uint64_t uvs__worker_pending(uvs_worker_t* w) {
+  /* A task is counted in nsched before a drain can take it, so this never
+   * undercounts. Tasks still in the inbox are not included. */
+  return w->nsched - uvs__load_acq(&w->nended_run) -
+         lanes_sum(w, offsetof(uvs__lane_t, nended_run)) - w->nended;
+}
+
+uint64_t uvs__worker_ran(uvs_worker_t* w) {
+  return uvs__load_acq(&w->nran) + lanes_sum(w, offsetof(uvs__lane_t, nran));
+}
+
+void uvs__worker_fold_counts(uvs_worker_t* w) {
+  uvs__lane_t* lane;
+  unsigned i;
+
+  for (i = 0; w->keys != NULL && i < w->width; i++) {
+    lane = uvs__keys_lane(w, i);
+    uvs__store_rel(&w->nran, uvs__load_rlx(&w->nran) + lane->nran);
+    uvs__store_rel(&w->nended_run,
+                   uvs__load_rlx(&w->nended_run) + lane->nended_run);
+    lane->nran = 0;
+    lane->nended_run = 0;
+  }
+}
+
+
 /* A task that was ready longer than max_wait_ms is shed instead of run
  * (lock held): handed back with UV_ETIMEDOUT in its place among the
  * batch's hand-backs (so done_cb order still follows the queue's), a post

@@ -162,3 +162,108 @@ void uvs_sched_stats(const uvs_sched_t* sched, uvs_stats_t* out) {
   }
   uvs__sub_sc(&s->inflight, 1);
 }
+
+
+/* ---- workers ---------------------------------------------------------- */
+
+
+int uvs__worker_init(uvs_sched_t* s,
+                     uvs_worker_t* w,
+                     uvs_where_t where,
+                     const uvs_worker_options_t* o) {
+  uvs__keys_t* keys;
+  uvs__hists_t* hists;
+  int err;
+
+  keys = NULL;
+  hists = NULL;
+  uvs__add_sc(&s->inflight, 1);
+  err = UV_ESHUTDOWN;
+  if (__atomic_load_n(&s->state, __ATOMIC_SEQ_CST) != UVS__SS_OPEN)
+    goto out;
+  if (o != NULL && o->width > 1) {
+    err = UV_ENOMEM;
+    keys = uvs__keys_new(o->width);
+    if (keys == NULL)
+      goto out;
+    err = UV_ESHUTDOWN;
+  }
+  if (o != NULL && o->metrics) {
+    err = UV_ENOMEM;
+    hists = uvs__calloc(1, sizeof(*hists));
+    if (hists == NULL)
+      goto out;
+    err = UV_ESHUTDOWN;
+  }
+  uv_mutex_lock(&s->lock);
+  if (uvs__load_rlx(&s->state) == UVS__SS_OPEN) {
+    memset((char*) w + offsetof(uvs_worker_t, sched), 0,
+           sizeof(*w) - offsetof(uvs_worker_t, sched));
+    w->sched = s;
+    w->where = where;
+    w->thread = s->thread;
+    if (o != NULL) {
+      w->width = o->width > 1 ? o->width : 1;
+      w->max_pending = o->max_pending;
+      w->on_full = o->on_full;
+      w->low_water = o->low_water;
+      w->space_cb = o->space_cb;
+      w->hists = hists;
+      hists = NULL;
+      w->counting = w->max_pending != 0 || w->hists != NULL;
+      w->key_max = o->key_max_pending;
+      w->key_space_cb = o->key_space_cb;
+      if (o->max_wait_ms != 0)
+        w->max_wait_us = o->max_wait_ms >= ((uint64_t) 1 << 31) / 1000
+                             ? UINT32_MAX
+                             : (uint32_t) (o->max_wait_ms * 1000);
+    } else {
+      w->width = 1;
+    }
+    uvs__inbox_init(w);
+    uvs__queue_init(&w->delayed);
+    uvs__queue_init(&w->ready_node);
+    uvs__queue_init(&w->waiters);
+    uvs__queue_init(&w->space_node);
+    uvs__queue_init(&w->kready);
+    if (keys != NULL) {
+      uvs__keys_attach(w, keys);
+      keys = NULL;
+    }
+    uvs__queue_push(&s->workers, &w->list_node);
+    err = 0;
+  }
+  uv_mutex_unlock(&s->lock);
+out:
+  uvs__sub_sc(&s->inflight, 1);
+  if (keys != NULL)
+    uvs__free(keys);
+  uvs__free(hists);
+  return err;
+}
+
+int uvs_worker_init(uvs_sched_t* s, uvs_worker_t* w, uvs_where_t where) {
+  if (s == NULL || w == NULL || (where != UVS_POOL && where != UVS_LOOP))
+    return UV_EINVAL;
+  return uvs__worker_init(s, w, where, NULL);
+}
+
+int uvs_worker_init_ex(uvs_sched_t* s,
+                       uvs_worker_t* w,
+                       uvs_where_t where,
+                       const uvs_worker_options_t* o) {
+  if (o == NULL)
+    return uvs_worker_init(s, w, where);
+  if (s == NULL || w == NULL || (where != UVS_POOL && where != UVS_LOOP))
+    return UV_EINVAL;
+  if (o->width > 1 && where != UVS_POOL)
+    return UV_EINVAL;
+  if (o->key_max_pending != 0 && o->width <= 1)
+    return UV_EINVAL;
+  if (o->on_full != UVS_FULL_REJECT && o->on_full != UVS_FULL_BLOCK &&
+      o->on_full != UVS_FULL_DROP_OLDEST)
+    return UV_EINVAL;
+  if (o->max_pending != 0 && o->low_water >= o->max_pending)
+    return UV_EINVAL;
+  return uvs__worker_init(s, w, where, o);
+}

@@ -1,10 +1,28 @@
-/* Workers: creation, close, and the pin that keeps a worker (and so its
- * scheduler) from completing its close while a caller on another thread is
- * inside the API. */
+/* A worker's queue and its custody of tasks: the pin that keeps a worker
+ * (and so its scheduler) from completing its close while a caller on
+ * another thread is inside the API; the queue (a lock-free inbox in front
+ * of an unlinkable FIFO); the idle/busy hand-off that makes a worker ready
+ * once, however many producers push; and the hand-back that ends custody.
+ *
+ * The queue: the inbox is Vyukov's intrusive MPSC queue: a producer swaps
+ * itself in as the tail (one atomic exchange) and then links its
+ * predecessor to itself. Its consumer is whoever holds the scheduler's
+ * lock: a drain taking a batch, a cancel, or a close. A cancel can't take
+ * a task out of the middle of a singly-linked inbox, so it first flushes
+ * the inbox into the FIFO, a doubly-linked list; each task is flushed at
+ * most once, so that costs O(1) per task over its life. Nobody waits under
+ * the lock for a producer between its two steps: a flush stops there, and
+ * the caller looks again later (a cancel after letting the lock go, a
+ * close at its next sweep).
+ *
+ * The hand-back: tasks with a done_cb go onto a lock-free stack that the
+ * loop thread empties (uvs__deliver), calling done_cb oldest first; the
+ * rest are released where they end.
+ */
 
 #include "internal.h"
 
-#include <string.h>
+#include <sched.h>
 
 
 int uvs__worker_enter(uvs_worker_t* w) {
@@ -53,129 +71,6 @@ void uvs__worker_unpin(uvs_worker_t* w, int pinned) {
   (void) w;
   if (pinned == UVS__PIN_SLOT)
     uvs__hazard_unpin();
-}
-
-
-/* The sum of a counter of the worker and the same counter of each lane. */
-static uint64_t lanes_sum(uvs_worker_t* w, size_t off) {
-  uint64_t n;
-  unsigned i;
-
-  n = 0;
-  for (i = 0; w->keys != NULL && i < w->width; i++)
-    n += uvs__load_acq((uint64_t*) ((char*) uvs__keys_lane(w, i) + off));
-  return n;
-}
-
-
-uint64_t uvs__worker_pending(uvs_worker_t* w) {
-  /* A task is counted in nsched before a drain can take it, so this never
-   * undercounts. Tasks still in the inbox are not included. */
-  return w->nsched - uvs__load_acq(&w->nended_run) -
-         lanes_sum(w, offsetof(uvs__lane_t, nended_run)) - w->nended;
-}
-
-
-uint64_t uvs__worker_ran(uvs_worker_t* w) {
-  return uvs__load_acq(&w->nran) + lanes_sum(w, offsetof(uvs__lane_t, nran));
-}
-
-
-void uvs__worker_fold_counts(uvs_worker_t* w) {
-  uvs__lane_t* lane;
-  unsigned i;
-
-  for (i = 0; w->keys != NULL && i < w->width; i++) {
-    lane = uvs__keys_lane(w, i);
-    uvs__store_rel(&w->nran, uvs__load_rlx(&w->nran) + lane->nran);
-    uvs__store_rel(&w->nended_run,
-                   uvs__load_rlx(&w->nended_run) + lane->nended_run);
-    lane->nran = 0;
-    lane->nended_run = 0;
-  }
-}
-
-
-int uvs__worker_init(uvs_sched_t* s,
-                     uvs_worker_t* w,
-                     uvs_where_t where,
-                     const uvs_worker_options_t* o) {
-  uvs__keys_t* keys;
-  uvs__hists_t* hists;
-  int err;
-
-  keys = NULL;
-  hists = NULL;
-  uvs__add_sc(&s->inflight, 1);
-  err = UV_ESHUTDOWN;
-  if (__atomic_load_n(&s->state, __ATOMIC_SEQ_CST) != UVS__SS_OPEN)
-    goto out;
-  if (o != NULL && o->width > 1) {
-    err = UV_ENOMEM;
-    keys = uvs__keys_new(o->width);
-    if (keys == NULL)
-      goto out;
-    err = UV_ESHUTDOWN;
-  }
-  if (o != NULL && o->metrics) {
-    err = UV_ENOMEM;
-    hists = uvs__calloc(1, sizeof(*hists));
-    if (hists == NULL)
-      goto out;
-    err = UV_ESHUTDOWN;
-  }
-  uv_mutex_lock(&s->lock);
-  if (uvs__load_rlx(&s->state) == UVS__SS_OPEN) {
-    memset((char*) w + offsetof(uvs_worker_t, sched), 0,
-           sizeof(*w) - offsetof(uvs_worker_t, sched));
-    w->sched = s;
-    w->where = where;
-    w->thread = s->thread;
-    if (o != NULL) {
-      w->width = o->width > 1 ? o->width : 1;
-      w->max_pending = o->max_pending;
-      w->on_full = o->on_full;
-      w->low_water = o->low_water;
-      w->space_cb = o->space_cb;
-      w->hists = hists;
-      hists = NULL;
-      w->counting = w->max_pending != 0 || w->hists != NULL;
-      w->key_max = o->key_max_pending;
-      w->key_space_cb = o->key_space_cb;
-      if (o->max_wait_ms != 0)
-        w->max_wait_us = o->max_wait_ms >= ((uint64_t) 1 << 31) / 1000
-                             ? UINT32_MAX
-                             : (uint32_t) (o->max_wait_ms * 1000);
-    } else {
-      w->width = 1;
-    }
-    uvs__inbox_init(w);
-    uvs__queue_init(&w->delayed);
-    uvs__queue_init(&w->ready_node);
-    uvs__queue_init(&w->waiters);
-    uvs__queue_init(&w->space_node);
-    uvs__queue_init(&w->kready);
-    if (keys != NULL) {
-      uvs__keys_attach(w, keys);
-      keys = NULL;
-    }
-    uvs__queue_push(&s->workers, &w->list_node);
-    err = 0;
-  }
-  uv_mutex_unlock(&s->lock);
-out:
-  uvs__sub_sc(&s->inflight, 1);
-  if (keys != NULL)
-    uvs__free(keys);
-  uvs__free(hists);
-  return err;
-}
-
-
-int uvs_worker_init(uvs_sched_t* s, uvs_worker_t* w, uvs_where_t where) {
-  if (s == NULL || w == NULL || (where != UVS_POOL && where != UVS_LOOP))
-    return UV_EINVAL;
-  return uvs__worker_init(s, w, where, NULL);
 }
 
 
@@ -251,37 +146,299 @@ void uvs__turn_ended(uvs_worker_t* w) {
 }
 
 
-void uvs__worker_file(uvs_worker_t* w, uvs_task_t* t) {
-  unsigned idle;
+/* ---- the queue -------------------------------------------------------- */
 
-  uvs__keys_file(w, t);
-  /* Under the lock, as lane_work_done() and serve_wide() in loop.c are:
-   * a lane is wanted if one is free and the worker is not listed. */
-  if (w->lanes_active >= w->width)
-    return;
-  idle = UVS__WS_IDLE;
-  if (__atomic_compare_exchange_n(&w->state, &idle, UVS__WS_SCHEDULED, 0,
-                                  __ATOMIC_SEQ_CST, __ATOMIC_RELAXED))
-    uvs__worker_make_ready(w);
+
+void uvs__inbox_init(uvs_worker_t* w) {
+  w->inbox_stub.next = NULL;
+  w->inbox_head = &w->inbox_stub;
+  uvs__store_rel(&w->inbox_tail, &w->inbox_stub);
+  uvs__queue_init(&w->fifo);
 }
 
 
-int uvs_worker_init_ex(uvs_sched_t* s,
-                       uvs_worker_t* w,
-                       uvs_where_t where,
-                       const uvs_worker_options_t* o) {
-  if (o == NULL)
-    return uvs_worker_init(s, w, where);
-  if (s == NULL || w == NULL || (where != UVS_POOL && where != UVS_LOOP))
-    return UV_EINVAL;
-  if (o->width > 1 && where != UVS_POOL)
-    return UV_EINVAL;
-  if (o->key_max_pending != 0 && o->width <= 1)
-    return UV_EINVAL;
-  if (o->on_full != UVS_FULL_REJECT && o->on_full != UVS_FULL_BLOCK &&
-      o->on_full != UVS_FULL_DROP_OLDEST)
-    return UV_EINVAL;
-  if (o->max_pending != 0 && o->low_water >= o->max_pending)
-    return UV_EINVAL;
-  return uvs__worker_init(s, w, where, o);
+static void push_node(uvs_worker_t* w, uvs__queue_t* n) {
+  uvs__queue_t* prev;
+
+  uvs__store_rlx(&n->next, NULL);
+  /* seq_cst: this exchange and the producer's load of worker->state, and
+   * the loop's store of the state and its load of the tail, are the two
+   * halves of the hand-off that decides who makes the worker ready. */
+  prev = __atomic_exchange_n(&w->inbox_tail, n, __ATOMIC_SEQ_CST);
+  uvs__store_rel(&prev->next, n);
+}
+
+
+void uvs__inbox_push(uvs_worker_t* w, uvs_task_t* t) {
+  push_node(w, &t->node);
+}
+
+
+int uvs__inbox_nonempty(uvs_worker_t* w) {
+  if (!uvs__queue_empty(&w->fifo) || w->inbox_head != &w->inbox_stub)
+    return 1;
+  return __atomic_load_n(&w->inbox_tail, __ATOMIC_SEQ_CST) != &w->inbox_stub;
+}
+
+
+/* Pops the oldest inbox node. Returns NULL when empty, and also, for a
+ * moment, when a producer has swapped the tail but not linked yet; then
+ * *busy is set. */
+static uvs__queue_t* pop(uvs_worker_t* w, int* busy, int last) {
+  uvs__queue_t* head;
+  uvs__queue_t* next;
+
+  *busy = 0;
+  head = w->inbox_head;
+  next = uvs__load_acq(&head->next);
+  if (head == &w->inbox_stub) {
+    if (next == NULL) {
+      *busy = uvs__load_acq(&w->inbox_tail) != head;
+      return NULL;
+    }
+    w->inbox_head = next;
+    head = next;
+    next = uvs__load_acq(&next->next);
+  }
+  if (next != NULL) {
+    w->inbox_head = next;
+    return head;
+  }
+  if (!last)
+    return NULL;
+  if (uvs__load_acq(&w->inbox_tail) != head) {
+    *busy = 1;
+    return NULL;
+  }
+  /* head is the last node: put the stub behind it so that it can go. */
+  push_node(w, &w->inbox_stub);
+  next = uvs__load_acq(&head->next);
+  if (next != NULL) {
+    w->inbox_head = next;
+    return head;
+  }
+  *busy = 1;
+  return NULL;
+}
+
+
+void uvs__inbox_flush(uvs_worker_t* w) {
+  uvs__queue_t* n;
+  int busy;
+
+  while ((n = pop(w, &busy, 1)) != NULL) {
+    w->nsched++;
+    uvs__queue_push(&w->fifo, n);
+  }
+}
+
+
+uvs_task_t* uvs__inbox_take(uvs_worker_t* w, int last) {
+  uvs__queue_t* n;
+  int busy;
+
+  n = uvs__queue_shift(&w->fifo);
+  if (n == NULL) {
+    n = pop(w, &busy, last); /* a push in progress is picked up next time */
+    if (n == NULL)
+      return NULL;
+    w->nsched++;
+  }
+  return uvs__container_of(n, uvs_task_t, node);
+}
+
+
+uint64_t uvs__inbox_count(uvs_worker_t* w) {
+  uvs__queue_t* n;
+  uint64_t count;
+
+  /* As the consumer would see them, stopping at a link in progress. */
+  count = 0;
+  for (n = w->inbox_head; n != NULL; n = uvs__load_acq(&n->next))
+    if (n != &w->inbox_stub)
+      count++;
+  return count;
+}
+
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ __volatile__("yield");
+#endif
+}
+
+
+int uvs__inbox_await(uvs_worker_t* w, uvs__queue_t* tail, unsigned us) {
+  uint64_t end;
+  unsigned polls;
+
+  end = uv_hrtime() + (uint64_t) us * 1000;
+  for (polls = 1;; polls++) {
+    if (__atomic_load_n(&w->inbox_tail, __ATOMIC_ACQUIRE) != tail)
+      return 1;
+    if (uvs__shut(w->sched, w))
+      return 0;
+    /* The clock costs more than a poll: look at it every 64 polls, and
+     * let a thread that waits for this core (the loop's, say) run. */
+    if (polls % 64 == 0) {
+      if (uv_hrtime() >= end)
+        return 0;
+      sched_yield();
+    }
+    cpu_relax();
+  }
+}
+
+
+/* ---- the hand-back ---------------------------------------------------- */
+
+
+void uvs__chain_add(uvs__chain_t* c, uvs_task_t* t) {
+  t->node.next = c->newest;
+  c->newest = &t->node;
+  if (c->oldest == NULL)
+    c->oldest = &t->node;
+}
+
+
+void uvs__chain_push(uvs_sched_t* s, uvs__chain_t* c) {
+  uvs__queue_t* top;
+
+  if (c->newest == NULL)
+    return;
+  top = uvs__load_rlx(&s->done_top);
+  do c->oldest->next = top;
+  while (!__atomic_compare_exchange_n(&s->done_top, &top, c->newest, 1,
+                                      __ATOMIC_RELEASE, __ATOMIC_RELAXED));
+  c->newest = NULL;
+  c->oldest = NULL;
+  /* The stack was empty: nobody asked the loop to look yet. */
+  if (top == NULL)
+    uvs__ring(s, UVS__BELL_DELIVER);
+}
+
+
+static void push_done(uvs_sched_t* s, uvs_task_t* t) {
+  uvs__chain_t c = {NULL, NULL};
+
+  uvs__chain_add(&c, t);
+  uvs__chain_push(s, &c);
+}
+
+
+/* Moves a task with done_cb to HANDBACK; returns 0 if a run_cb of it still
+ * executes, and then the last run to end makes the hand-back (uvs__end_run). */
+int uvs__to_handback(uvs_task_t* t, int status) {
+  unsigned o;
+  unsigned n;
+
+  uvs__task_set_result(t, status);
+  o = uvs__load_rlx(&t->state);
+  do {
+    n = (o & ~UVS__T_MASK) | UVS__T_HANDBACK;
+    if (o & UVS__T_RUNS)
+      n |= UVS__T_DEFERRED;
+  } while (!__atomic_compare_exchange_n(&t->state, &o, n, 1, __ATOMIC_ACQ_REL,
+                                        __ATOMIC_RELAXED));
+  return !(n & UVS__T_DEFERRED);
+}
+
+
+/* The end of a task's custody, counted (lock held): a drain counts the
+ * tasks it ran in nended_run instead, without the lock. */
+static void ended(uvs_worker_t* w, int status) {
+  w->nended++;
+  if (status != 0)
+    w->ncancelled++;
+}
+
+
+void uvs__drop_to(uvs_sched_t* s,
+                  uvs_task_t* t,
+                  int status,
+                  uvs__chain_t* chain) {
+  uvs_worker_t* w;
+  unsigned st;
+
+  w = t->worker;
+  st = uvs__load_rlx(&t->state);
+  if ((st & UVS__T_POST) || t->done_cb == NULL) {
+    ended(w, status);
+    if (st & UVS__T_POST)
+      uvs__post_release(s, t);
+    else
+      uvs__store_rel(&t->state, UVS__T_FINISHED); /* released */
+    return;
+  }
+  if (!uvs__to_handback(t, status))
+    return;
+  ended(w, status);
+  if (chain != NULL)
+    uvs__chain_add(chain, t);
+  else
+    push_done(s, t);
+}
+
+
+void uvs__drop(uvs_sched_t* s, uvs_task_t* t, int status) {
+  uvs__drop_to(s, t, status, NULL);
+}
+
+
+/* A run_cb that scheduled its own task again has returned (no lock held).
+ * If a hand-back was waiting for this run, make it. */
+void uvs__end_run(uvs_task_t* t) {
+  uvs_worker_t* w;
+  uvs_sched_t* s;
+  unsigned o;
+  unsigned n;
+  int take;
+
+  o = uvs__load_rlx(&t->state);
+  do {
+    n = o - UVS__T_RUN_ONE;
+    take = (n & UVS__T_DEFERRED) && !(n & UVS__T_RUNS);
+    if (take)
+      n &= ~UVS__T_DEFERRED;
+  } while (!__atomic_compare_exchange_n(&t->state, &o, n, 1, __ATOMIC_ACQ_REL,
+                                        __ATOMIC_RELAXED));
+  if (!take)
+    return;
+  /* Its worker can't finish closing while the task is pending in it, so
+   * the worker and its scheduler are alive. */
+  w = t->worker;
+  s = w->sched;
+  uv_mutex_lock(&s->lock);
+  ended(w, uvs__task_result(t));
+  push_done(s, t);
+  uv_mutex_unlock(&s->lock);
+}
+
+
+/* Calls done_cb for everything handed back so far, oldest first. */
+void uvs__deliver(uvs_sched_t* s) {
+  uvs__queue_t* q;
+  uvs__queue_t* next;
+  uvs__queue_t* fifo;
+  uvs_task_t* t;
+  uvs_done_cb done;
+  int status;
+
+  q = __atomic_exchange_n(&s->done_top, NULL, __ATOMIC_ACQUIRE);
+  for (fifo = NULL; q != NULL; q = next) {
+    next = q->next;
+    q->next = fifo;
+    fifo = q;
+  }
+  for (q = fifo; q != NULL; q = next) {
+    next = q->next;
+    t = uvs__container_of(q, uvs_task_t, node);
+    done = t->done_cb;
+    status = uvs__task_result(t);
+    /* From here the task is the user's: done_cb may free or reschedule it. */
+    uvs__store_rel(&t->state, UVS__T_FINISHED);
+    done(t, status);
+  }
 }
