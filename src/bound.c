@@ -9,7 +9,7 @@
  * (cancel, close, eviction). queued = q_in - q_out_run - q_out_lock.
  */
 
-#include "internal.h"
+#include "keytab.h"
 
 
 uint64_t uvs__queued_now(uvs_worker_t* w) {
@@ -324,6 +324,89 @@ void uvs__worker_file(uvs_worker_t* w, uvs_task_t* t) {
   if (__atomic_compare_exchange_n(&w->state, &idle, UVS__WS_SCHEDULED, 0,
                                   __ATOMIC_SEQ_CST, __ATOMIC_RELAXED))
     uvs__worker_make_ready(w);
+}
+
+
+/* ---- per-key bounds (key_max_pending) ------------------------------- */
+/* With a bound, tasks are filed under their keys as they are accepted, not
+ * taken in from the inbox later, so that every queued task of a key is
+ * counted in its entry and its oldest is at hand for DROP_OLDEST (the
+ * entry's count lives in keys.c, beside the entry). */
+
+
+int uvs__keys_admit(uvs_worker_t* w, uvs_task_t* t, uvs_task_t** evicted) {
+  uvs__keys_t* k;
+  uvs__kent_t* e;
+  int was_full;
+
+  *evicted = NULL;
+  if (t->key == 0)
+    return 0;
+  k = w->keys;
+  e = uvs__kt_lookup(k, t->key);
+  if (e == NULL) {
+    e = uvs__kt_new(k, t->key);
+    if (e == NULL)
+      return UV_ENOMEM;
+  }
+  if (__atomic_load_n(&e->queued, __ATOMIC_SEQ_CST) >= w->key_max) {
+    was_full = __atomic_exchange_n(&e->full, 1, __ATOMIC_SEQ_CST);
+    /* A lane that counted a task out just now may not have seen the
+     * mark: look again (uvs__keys_started). With room after all, this
+     * schedule found the key not full, and owes nobody a callback. */
+    if (__atomic_load_n(&e->queued, __ATOMIC_SEQ_CST) < w->key_max) {
+      if (!was_full)
+        __atomic_store_n(&e->full, 0, __ATOMIC_SEQ_CST);
+    } else {
+      if (w->on_full != UVS_FULL_DROP_OLDEST)
+        return UV_EAGAIN;
+      /* The new task counts in first: the count never dips on the way,
+       * so an eviction owes no key_space_cb. */
+      __atomic_fetch_add(&e->queued, 1, __ATOMIC_SEQ_CST);
+      *evicted = uvs__keys_take_oldest(w, e);
+      return 0;
+    }
+  }
+  __atomic_fetch_add(&e->queued, 1, __ATOMIC_SEQ_CST);
+  return 0;
+}
+
+
+void uvs__keys_unadmit(uvs_worker_t* w, uvs_task_t* t) {
+  uvs__kent_t* e;
+
+  if (t->key == 0)
+    return;
+  e = uvs__kt_lookup(w->keys, t->key);
+  __atomic_fetch_sub(&e->queued, 1, __ATOMIC_SEQ_CST);
+  uvs__kt_maybe_del(w->keys, e);
+}
+
+
+int uvs__keys_reserve(uvs_worker_t* w, uvs_task_t* t) {
+  uvs__kent_t* e;
+
+  if (t->key == 0)
+    return 0;
+  e = uvs__kt_lookup(w->keys, t->key);
+  if (e == NULL) {
+    e = uvs__kt_new(w->keys, t->key);
+    if (e == NULL)
+      return UV_ENOMEM;
+  }
+  __atomic_fetch_add(&e->queued, 1, __ATOMIC_SEQ_CST);
+  return 0;
+}
+
+
+int uvs__keys_key_full(uvs_worker_t* w, uint64_t key) {
+  uvs__kent_t* e;
+
+  if (w->key_max == 0 || key == 0)
+    return 0;
+  e = uvs__kt_lookup(w->keys, key);
+  return e != NULL &&
+         __atomic_load_n(&e->queued, __ATOMIC_SEQ_CST) >= w->key_max;
 }
 
 

@@ -27,6 +27,19 @@ void uvs__space_check(uvs_worker_t* worker, int locked);
 void uvs__note_max(uvs_worker_t* worker, uint64_t queued);
 /* Tasks queued now in a counting worker. */
 uint64_t uvs__queued_now(uvs_worker_t* worker);
+/* 0.3, key_max_pending (lock held). Counts t in against its key's bound:
+ * 0, UV_EAGAIN if the key is full and on_full is not DROP_OLDEST (the key
+ * is marked full), UV_ENOMEM; with DROP_OLDEST a full key's oldest queued
+ * task is taken out into *evicted, for the caller to hand back. Tasks
+ * without a key pass. */
+int uvs__keys_admit(uvs_worker_t* w, uvs_task_t* t, uvs_task_t** evicted);
+/* Undoes an admit of t that its caller could not complete. */
+void uvs__keys_unadmit(uvs_worker_t* w, uvs_task_t* t);
+/* Counts t in with no bound (a delayed task a draining close runs): 0 or
+ * UV_ENOMEM. */
+int uvs__keys_reserve(uvs_worker_t* w, uvs_task_t* t);
+/* Has key as many queued tasks as the bound? */
+int uvs__keys_key_full(uvs_worker_t* w, uint64_t key);
 /* Tasks that fell due (uvs__timers_due), each admitted as a schedule
  * would be and queued, or, full, skipping its grid point (periodic) or
  * handed back with UV_ENOBUFS (lock held). */

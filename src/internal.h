@@ -419,23 +419,11 @@ void uvs__finish_periodic(uvs_sched_t* sched,
                           uvs_worker_t* worker,
                           uvs_task_t* task);
 
-/* ---- lane.c: a wide worker's lanes ------------------------------------ */
+/* ---- loop.c: dispatch --------------------------------------------------- */
 /* Can the scheduler run one more drain (its cap, guarantee 12)? */
 static inline int uvs__room(const uvs_sched_t* s) {
   return s->drains < s->cap;
 }
-/* Takes a lane, for uvs__lane_post() to post once the lock is let go,
- * for each task of the listed wide worker w that one could start, as far
- * as the width and the cap leave room. Returns 0 if the cap left it
- * wanting more: then it goes back to the head of list. Lock held, loop
- * thread. */
-int uvs__serve_wide(uvs_sched_t* sched, uvs_worker_t* w, uvs__queue_t* list);
-/* Posts a lane that uvs__serve_wide() left on sched->lane_owed (loop
- * thread; no lock needed). */
-void uvs__lane_post(uvs__lane_t* lane, uv_after_work_cb lane_done);
-/* A lane's uv_work ended (lock held, loop thread). */
-void uvs__lane_ended(uvs__lane_t* lane);
-
 /* ---- close.c ----------------------------------------------------------- */
 /* Completes the closes that can complete (loop thread, no lock held).
  * Returns UVS__CLOSES_DONE once the scheduler has begun closing its

@@ -1,7 +1,21 @@
-/* The key table of a wide worker (width > 1): its lanes, and an entry per
- * active key, found by exact key in a hash table (keyq.c says what an
- * entry holds and when one is active).
+/* A wide worker's keys (width > 1): its keyed queue, and the key table
+ * behind it, with the worker's lanes in the same block.
  *
+ * The keyed queue: queued tasks pass from the inbox (and the FIFO that
+ * cancels flush it into) to kready, the list that lanes take from in
+ * order. A task with no key goes there as it is. A task with a key goes
+ * there only if no other task of its key is running or in kready;
+ * otherwise it waits in the queue of its key's entry, and joins the tail
+ * of kready when the task before it is done. So tasks of one key never
+ * overlap and start and end in schedule order, and each key gets one task
+ * per turn of kready: a hot key can't starve the others. An entry exists
+ * only while its key has a task in kready or running, or, with per-key
+ * bounds (0.3, key_max_pending), queued or owed a key_space_cb: such tasks
+ * are filed under their keys as they are accepted (bound.c counts them in)
+ * and counted there. Intake moves tasks from the inbox only as far as
+ * lanes need.
+ *
+ * The table: an entry per active key, found by exact key in a hash table.
  * Entries come from one free list. Its first entries are in the worker's
  * own block, as many as a worker without per-key bounds can have active
  * at once (KEYS_ACTIVE): on such a worker, taking tasks in never
@@ -9,6 +23,8 @@
  * entry, as many as there are such keys, so the list grows by chunks past
  * the block, and the bucket array doubles; both are freed whenever no key
  * is active, so idle keys cost no memory.
+ *
+ * Everything here needs the scheduler's lock, except uvs__keys_started.
  */
 
 #include "keytab.h"
@@ -214,8 +230,339 @@ void uvs__kt_maybe_del(uvs__keys_t* k, uvs__kent_t* e) {
 }
 
 
-/* ---- 0.3: per-key bounds (key_max_pending) ----------------------------- */
-/* With a bound, tasks are filed under their keys as they are accepted, not
- * taken in from the inbox later, so that every queued task of a key is
- * counted in its entry and its oldest is at hand for DROP_OLDEST. An entry
- * lives while its key has a task queued or running, or owes key_space_cb. */
+/* ---- the keyed queue --------------------------------------------------- */
+
+
+/* With key_max_pending (lock held): e's count fell. Room for the blocked
+ * producers once it is at the key's refill mark, and key_space_cb owed
+ * once a full key falls to half its bound. e->queued and e->full are atomics: a
+ * lane counts out the tasks of a key's run as they start, without the lock
+ * (uvs__keys_started). */
+void uvs__keys_counted_out(uvs_worker_t* w, uvs__kent_t* e) {
+  uvs__keys_t* k;
+  size_t queued;
+
+  k = w->keys;
+  queued = __atomic_load_n(&e->queued, __ATOMIC_SEQ_CST);
+  if (queued <= uvs__refill_mark(w->key_max))
+    k->news |= UVS__KEYS_ROOM;
+  if (__atomic_load_n(&e->full, __ATOMIC_SEQ_CST) && queued <= w->key_max / 2) {
+    __atomic_store_n(&e->full, 0, __ATOMIC_SEQ_CST);
+    if (w->key_space_cb != NULL && !e->owed && !(w->flags & UVS__WF_CLOSING)) {
+      e->owed = 1;
+      uvs__queue_push(&k->owed, &e->owed_node);
+      k->news |= UVS__KEYS_OWED;
+    }
+  }
+}
+
+
+/* With key_max_pending, one of e's queued tasks left the queue (lock
+ * held). */
+static void count_out(uvs_worker_t* w, uvs__kent_t* e) {
+  if (w->key_max == 0)
+    return;
+  __atomic_fetch_sub(&e->queued, 1, __ATOMIC_SEQ_CST);
+  uvs__keys_counted_out(w, e);
+}
+
+
+int uvs__keys_started(uvs_worker_t* w, uvs__kent_t* e) {
+  /* seq_cst, against a producer that marks the key full and then looks at
+   * the count again, and one that waits for room (bound.c): either it sees
+   * this task out, or this sees its mark. */
+  size_t queued;
+
+  queued = __atomic_sub_fetch(&e->queued, 1, __ATOMIC_SEQ_CST);
+  return __atomic_load_n(&e->full, __ATOMIC_SEQ_CST) ||
+         (__atomic_load_n(&w->nwaiters, __ATOMIC_SEQ_CST) != 0 &&
+          queued <= uvs__refill_mark(w->key_max));
+}
+
+
+/* kready, counted: a task in it is marked so (uvs__task_set_kready), so
+ * that a cancel that unlinks it knows to count it out, and intake's window
+ * never shrinks under tasks cancelled from it. */
+static void ready_push(uvs_worker_t* w, uvs_task_t* t) {
+  uvs__queue_push(&w->kready, &t->node);
+  uvs__task_set_kready(t, &w->kready);
+  w->keys->nready++;
+}
+
+
+static void ready_unshift(uvs_worker_t* w, uvs_task_t* t) {
+  uvs__queue_unshift(&w->kready, &t->node);
+  uvs__task_set_kready(t, &w->kready);
+  w->keys->nready++;
+}
+
+
+/* t left kready (lock held): counted out. */
+static void ready_taken(uvs_worker_t* w, uvs_task_t* t) {
+  uvs__task_set_kready(t, NULL);
+  w->keys->nready--;
+}
+
+
+/* The task its key runs next. The head keeps its entry
+ * (uvs__task_set_kent), so that a lane finds it without a lookup. */
+static void set_head(uvs__kent_t* e, uvs_task_t* t) {
+  e->head = t;
+  e->taken = 0;
+  uvs__task_set_kent(t, e);
+}
+
+
+int uvs__keys_intake(uvs_worker_t* w) {
+  uvs__keys_t* k;
+  uvs__kent_t* e;
+  uvs_task_t* t;
+
+  k = w->keys;
+  for (;;) {
+    /* Only as far as lanes need to start tasks: the inbox keeps the rest,
+     * whose keys then get no entry yet. With many keys in the queue, the
+     * table stays about INTAKE_AHEAD entries and in cache, instead of one
+     * entry per key queued, each a cache miss to find. */
+    if (k->nready >= INTAKE_AHEAD)
+      return 0;
+    t = uvs__inbox_take(w, 1);
+    if (t == NULL)
+      return uvs__inbox_nonempty(w) ? UV_EAGAIN : 0;
+    if (t->key == 0) {
+      ready_push(w, t);
+      continue;
+    }
+    e = uvs__kt_lookup(k, t->key);
+    if (e != NULL && e->head != NULL) {
+      uvs__queue_push(&e->q, &t->node);
+      continue;
+    }
+    if (e == NULL)
+      e = uvs__kt_new(k, t->key);
+    if (e == NULL) {
+      /* Out of memory: back to the head of the FIFO, for a later try. */
+      uvs__queue_unshift(&w->fifo, &t->node);
+      return UV_ENOMEM;
+    }
+    set_head(e, t);
+    ready_push(w, t);
+  }
+}
+
+
+uvs_task_t* uvs__keys_pick(uvs_worker_t* w, uvs__kent_t** ent) {
+  uvs__queue_t* q;
+  uvs_task_t* t;
+
+  q = uvs__queue_shift(&w->kready);
+  if (q == NULL)
+    return NULL;
+  t = uvs__container_of(q, uvs_task_t, node);
+  ready_taken(w, t);
+  *ent = NULL;
+  if (t->key != 0) {
+    *ent = uvs__task_kent(t);
+    (*ent)->taken = 1;
+    count_out(w, *ent);
+  }
+  return t;
+}
+
+
+void uvs__keys_unpick(uvs_worker_t* w, uvs_task_t* t) {
+  uvs__kent_t* e;
+
+  if (t->key != 0) {
+    e = uvs__kt_lookup(w->keys, t->key);
+    if (e->head != t) {
+      uvs__queue_unshift(&e->q, &t->node); /* from a key's run */
+      return;
+    }
+    e->taken = 0;
+    if (w->key_max != 0) /* back in the queue: counted again */
+      __atomic_fetch_add(&e->queued, 1, __ATOMIC_SEQ_CST);
+  }
+  ready_unshift(w, t);
+}
+
+
+uvs_task_t* uvs__keys_next_of(uvs__kent_t* e) {
+  uvs__queue_t* q;
+
+  q = uvs__queue_shift(&e->q);
+  return q != NULL ? uvs__container_of(q, uvs_task_t, node) : NULL;
+}
+
+
+void uvs__keys_release(uvs_worker_t* w, uvs__kent_t* e) {
+  uvs__queue_t* q;
+
+  q = uvs__queue_shift(&e->q);
+  if (q == NULL) {
+    e->head = NULL;
+    e->taken = 0;
+    uvs__kt_maybe_del(w->keys, e);
+    return;
+  }
+  set_head(e, uvs__container_of(q, uvs_task_t, node));
+  ready_push(w, e->head);
+}
+
+
+void uvs__keys_unlinked(uvs_worker_t* w, uvs_task_t* t) {
+  uvs__kent_t* e;
+
+  if (uvs__task_in_kready(t, &w->kready))
+    ready_taken(w, t); /* a cancel unlinked it from kready */
+  if (t->key == 0)
+    return;
+  /* The key's next task leaves kready. A head a lane took (and the rest
+   * of its key's run) is the lane's to release when its batch ends, even
+   * when a cancel tombstoned it (its link tagged with the slot) or the
+   * same task, scheduled again from its run_cb or done_cb, is what leaves
+   * now from behind it. */
+  e = uvs__kt_lookup(w->keys, t->key);
+  if (e == NULL)
+    return;
+  /* A picked head was counted out when it was picked; the rest of its
+   * key's run, in the lane's slots, counts out as each starts or leaves. */
+  if (!(e->head == t && e->taken))
+    count_out(w, e);
+  if (e->head == t && !e->taken)
+    uvs__keys_release(w, e);
+  else
+    uvs__kt_maybe_del(w->keys, e);
+}
+
+
+uvs_task_t* uvs__keys_take(uvs_worker_t* w) {
+  uvs__queue_t* q;
+  uvs_task_t* t;
+  size_t i;
+  uvs__kent_t* e;
+
+  q = uvs__queue_shift(&w->kready);
+  if (q != NULL) {
+    t = uvs__container_of(q, uvs_task_t, node);
+    ready_taken(w, t);
+    uvs__keys_unlinked(w, t);
+    return t;
+  }
+  /* Tasks waiting behind a running one of their key. */
+  for (i = 0; i < w->keys->nbuckets; i++)
+    for (e = w->keys->buckets[i]; e != NULL; e = e->next)
+      if ((q = uvs__queue_shift(&e->q)) != NULL) {
+        count_out(w, e);
+        return uvs__container_of(q, uvs_task_t, node);
+      }
+  return NULL;
+}
+
+
+unsigned uvs__keys_lanes_wanted(uvs_worker_t* w) {
+  uvs__keys_t* k;
+  uvs__queue_t* q;
+  unsigned room;
+  unsigned n;
+
+  k = w->keys;
+  room = w->width - w->lanes_active;
+  n = 0;
+  for (q = w->kready.next; q != &w->kready && n < room + k->seeking;
+       q = q->next)
+    n++;
+  return n > k->seeking ? n - k->seeking : 0;
+}
+
+
+void uvs__keys_seeking(uvs_worker_t* w, int delta) {
+  w->keys->seeking += (unsigned) delta;
+}
+
+
+/* The oldest task of the key's run that the lane holding it has not
+ * started, swapped for a tombstone, or NULL. The head, picked, counts as
+ * started. */
+static uvs_task_t* steal_from_run(uvs_worker_t* w, uvs__kent_t* e) {
+  uvs__lane_t* lane;
+  uvs_task_t* t;
+  unsigned i;
+  unsigned j;
+
+  for (i = 0; i < w->width; i++) {
+    lane = uvs__keys_lane(w, i);
+    if (!lane->active || lane->kent != e || lane->batch == NULL)
+      continue;
+    for (j = 1; j < lane->batch_len; j++)
+      if ((t = uvs__slot_steal(&lane->batch[j])) != NULL)
+        return t;
+    return NULL;
+  }
+  return NULL;
+}
+
+
+/* The key's oldest queued task, taken out and counted out, or NULL. */
+uvs_task_t* uvs__keys_take_oldest(uvs_worker_t* w, uvs__kent_t* e) {
+  uvs__queue_t* q;
+  uvs_task_t* t;
+
+  if (e->taken && (t = steal_from_run(w, e)) != NULL) {
+    count_out(w, e);
+    return t;
+  }
+  if (e->head != NULL && !e->taken) {
+    t = e->head;
+    uvs__queue_remove(&t->node);
+    ready_taken(w, t);
+    count_out(w, e);
+    uvs__keys_release(w, e);
+    return t;
+  }
+  q = uvs__queue_shift(&e->q);
+  if (q == NULL)
+    return NULL;
+  count_out(w, e);
+  return uvs__container_of(q, uvs_task_t, node);
+}
+
+
+void uvs__keys_file(uvs_worker_t* w, uvs_task_t* t) {
+  uvs__kent_t* e;
+
+  if (t->key != 0) {
+    e = uvs__kt_lookup(w->keys, t->key);
+    if (e->head != NULL) {
+      uvs__queue_push(&e->q, &t->node);
+      return;
+    }
+    set_head(e, t);
+  }
+  ready_push(w, t);
+}
+
+
+unsigned uvs__keys_news(uvs_worker_t* w) {
+  unsigned news;
+
+  if (w->keys == NULL)
+    return 0;
+  news = w->keys->news;
+  w->keys->news = 0;
+  return news;
+}
+
+
+int uvs__keys_owed_take(uvs_worker_t* w, uint64_t* key) {
+  uvs__queue_t* q;
+  uvs__kent_t* e;
+
+  if (w->keys == NULL || (q = uvs__queue_shift(&w->keys->owed)) == NULL)
+    return 0;
+  e = uvs__container_of(q, uvs__kent_t, owed_node);
+  e->owed = 0;
+  *key = e->key;
+  uvs__kt_maybe_del(w->keys, e);
+  return 1;
+}

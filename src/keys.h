@@ -1,5 +1,5 @@
-/* keys.c's and keyq.c's declarations: a wide worker's lanes, its key
- * table and its keyed queue.
+/* keys.c's declarations: a wide worker's lanes, its key table and its
+ * keyed queue.
  * Included by internal.h only, at its place in the layer order. */
 
 /* ---- keys.c: width > 1 and keys --------------------------------------- */
@@ -63,21 +63,8 @@ uvs_task_t* uvs__keys_take(uvs_worker_t* w);
 unsigned uvs__keys_lanes_wanted(uvs_worker_t* w);
 /* A lane was posted to pick a task (+1), or picked or ended (-1). */
 void uvs__keys_seeking(uvs_worker_t* w, int delta);
-/* 0.3, key_max_pending (lock held). Counts t in against its key's bound:
- * 0, UV_EAGAIN if the key is full and on_full is not DROP_OLDEST (the key
- * is marked full), UV_ENOMEM; with DROP_OLDEST a full key's oldest queued
- * task is taken out into *evicted, for the caller to hand back. Tasks
- * without a key pass. */
-int uvs__keys_admit(uvs_worker_t* w, uvs_task_t* t, uvs_task_t** evicted);
-/* Undoes an admit of t that its caller could not complete. */
-void uvs__keys_unadmit(uvs_worker_t* w, uvs_task_t* t);
-/* Counts t in with no bound (a delayed task a draining close runs): 0 or
- * UV_ENOMEM. */
-int uvs__keys_reserve(uvs_worker_t* w, uvs_task_t* t);
 /* Files a counted-in task: onto kready, or behind its key. */
 void uvs__keys_file(uvs_worker_t* w, uvs_task_t* t);
-/* Has key as many queued tasks as the bound? */
-int uvs__keys_key_full(uvs_worker_t* w, uint64_t key);
 /* What happened since the last call: room made for some key, and entries
  * newly owing key_space_cb. */
 #define UVS__KEYS_ROOM 1u

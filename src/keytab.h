@@ -1,7 +1,8 @@
 /* The key table of a wide worker, shared by keys.c (the table: entries by
- * exact key, in the worker's block, growing past it) and keyq.c (the
- * keyed queue: kready, the tasks behind each key, per-key bounds). Private
- * to those two files. Everything here needs the scheduler's lock. */
+ * exact key, in the worker's block, growing past it; the keyed queue:
+ * kready and the tasks behind each key) and bound.c (per-key bounds, which
+ * count tasks into an entry). Private to those two files. Everything here
+ * needs the scheduler's lock. */
 
 #ifndef UVS_KEYTAB_H
 #define UVS_KEYTAB_H
@@ -67,5 +68,7 @@ uvs__kent_t* uvs__kt_new(uvs__keys_t* k, uint64_t key);
 /* Deletes an entry that holds nothing and owes nothing: idle keys cost
  * no memory. */
 void uvs__kt_maybe_del(uvs__keys_t* k, uvs__kent_t* e);
+/* The key's oldest queued task, taken out and counted out, or NULL. */
+uvs_task_t* uvs__keys_take_oldest(uvs_worker_t* w, uvs__kent_t* e);
 
 #endif /* UVS_KEYTAB_H */
