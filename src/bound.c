@@ -36,26 +36,53 @@ void uvs__note_max(uvs_worker_t* w, uint64_t queued) {
 }
 
 
+int uvs__take_out(uvs_worker_t* w, uvs_task_t* t) {
+  uvs_task_t** slot;
+  uvs_task_t* expected;
+
+  slot = uvs__task_slot(t);
+  if (slot == NULL) {
+    uvs__queue_remove(&t->node); /* the FIFO, kready or its key's queue */
+  } else {
+    expected = t;
+    if (!__atomic_compare_exchange_n(slot, &expected, UVS__SLOT_TOMB, 0,
+                                     __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+      return UV_EBUSY; /* its drain took it: running */
+  }
+  if (w->keys != NULL) {
+    uvs__keys_unlinked(w, t);
+    if (w->key_max != 0)
+      uvs__keys_space_check(w);
+  }
+  uvs__unqueued(w);
+  return 0;
+}
+
+
 /* Takes the oldest queued task out of w (lock held), or NULL. A drain's
  * batch holds the oldest: its first slot not yet taken. */
 static uvs_task_t* take_oldest(uvs_worker_t* w) {
   uvs_task_t* t;
   unsigned i;
 
+  uvs__inbox_flush(w);
   if (w->keys != NULL) {
     /* What lanes took in is older than the inbox. No intake: it may need
      * memory, and without it the eviction would find nothing. */
-    t = uvs__keys_take(w);
-    if (t != NULL)
+    t = uvs__keys_oldest(w);
+    if (t != NULL && uvs__take_out(w, t) == 0)
       return t;
   } else {
     for (i = 0; i < w->batch_len; i++) {
-      t = uvs__slot_steal(&w->batch[i]);
-      if (t != NULL)
+      t = uvs__slot_task(&w->batch[i]);
+      if (t != NULL && uvs__take_out(w, t) == 0)
         return t;
     }
   }
-  return uvs__inbox_take(w, 1);
+  t = uvs__inbox_oldest(w);
+  if (t != NULL && uvs__take_out(w, t) == 0)
+    return t;
+  return NULL;
 }
 
 
@@ -108,7 +135,6 @@ static void owe_cb(uvs_worker_t* w, unsigned what) {
 
 
 void uvs__evicted(uvs_worker_t* w, uvs_task_t* t) {
-  uvs__unqueued(w);
   /* A periodic task is only ever handed back cancelled (guarantee 3):
    * evicted, it skips this grid point instead. */
   if (uvs__load_rlx(&t->state) & UVS__T_PERIODIC) {
@@ -363,7 +389,9 @@ int uvs__keys_admit(uvs_worker_t* w, uvs_task_t* t, uvs_task_t** evicted) {
       /* The new task counts in first: the count never dips on the way,
        * so an eviction owes no key_space_cb. */
       __atomic_fetch_add(&e->queued, 1, __ATOMIC_SEQ_CST);
-      *evicted = uvs__keys_take_oldest(w, e);
+      *evicted = uvs__keys_oldest_of(w, e);
+      if (*evicted != NULL && uvs__take_out(w, *evicted) != 0)
+        *evicted = NULL;
       return 0;
     }
   }

@@ -18,6 +18,12 @@ typedef struct uvs__waiter_s {
 /* Counts a task into a counting worker: 0, or UV_EAGAIN if it is full and
  * rejects (DROP_OLDEST evicts instead, taking the lock unless `locked`). */
 int uvs__admit(uvs_worker_t* worker, int locked);
+/* The one way a queued task leaves its worker other than by a drain
+ * (cancel, close, eviction, a key's eviction), lock held: out of its
+ * batch slot (a tombstone in its place) or its list (the FIFO, kready or
+ * its key's queue), its key let go, counted out. Returns 0, or UV_EBUSY if
+ * its drain took it first. The caller hands it back. */
+int uvs__take_out(uvs_worker_t* worker, uvs_task_t* task);
 /* A queued task was taken out other than by the drain (lock held). */
 void uvs__unqueued(uvs_worker_t* worker);
 /* Room was made in a bounded worker: owe space_cb at low_water, wake the
@@ -54,8 +60,8 @@ int uvs__wait_room(uvs_worker_t* worker,
                    uvs__waiter_t* waiter,
                    uint64_t key,
                    uint64_t deadline);
-/* A key's oldest task evicted for a new one (DROP_OLDEST, per-key bounds):
- * out of the worker's count and handed back with UV_ENOBUFS. Lock held. */
+/* A task taken out for a new one (DROP_OLDEST) goes back: with UV_ENOBUFS,
+ * or, periodic, to its next grid point. Lock held. */
 void uvs__evicted(uvs_worker_t* worker, uvs_task_t* task);
 /* Settles the DROP_OLDEST evictions a full worker owes (lock held): the
  * oldest queued tasks, while it is over max_pending (bound.c). */

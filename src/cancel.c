@@ -19,9 +19,6 @@
 /* Cancels a queued or delayed task (lock held): 0, UV_EBUSY if a drain
  * already took it, or NOT_LINKED. */
 static int cancel_locked(uvs_sched_t* s, uvs_task_t* t) {
-  uvs_task_t** slot;
-  uvs_task_t* expected;
-
   if ((uvs__load_rlx(&t->state) & UVS__T_MASK) == UVS__T_DELAYED) {
     /* The timer may stay armed for it: it fires, finds nothing due and
      * re-arms, which is cheaper than re-arming on every cancel. */
@@ -38,21 +35,8 @@ static int cancel_locked(uvs_sched_t* s, uvs_task_t* t) {
   uvs__inbox_flush(t->worker);
   if (uvs__task_unlinked(t))
     return NOT_LINKED;
-  slot = uvs__task_slot(t);
-  if (slot == NULL) {
-    uvs__queue_remove(&t->node);
-  } else {
-    expected = t;
-    if (!__atomic_compare_exchange_n(slot, &expected, UVS__SLOT_TOMB, 0,
-                                     __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
-      return UV_EBUSY; /* the drain took it: running */
-  }
-  if (t->worker->keys != NULL) {
-    uvs__keys_unlinked(t->worker, t);
-    if (t->worker->key_max != 0)
-      uvs__keys_space_check(t->worker);
-  }
-  uvs__unqueued(t->worker);
+  if (uvs__take_out(t->worker, t) != 0)
+    return UV_EBUSY; /* the drain took it: running */
   uvs__drop(s, t, UV_ECANCELED);
   return 0;
 }

@@ -20,30 +20,16 @@
 #include <sched.h>
 
 
-/* Tombstones the slots of a batch that its drain has not taken yet. */
+/* Hands back the tasks of a batch that its drain has not taken yet,
+ * tombstoning their slots. */
 static void sweep_batch(uvs_worker_t* w, uvs_task_t** batch, unsigned len) {
   uvs_task_t* t;
   unsigned i;
 
   for (i = 0; i < len; i++) {
-    t = uvs__slot_steal(&batch[i]);
-    if (t == NULL)
-      continue;
-    if (w->keys != NULL)
-      uvs__keys_unlinked(w, t);
-    uvs__unqueued(w);
-    uvs__drop(w->sched, t, UV_ECANCELED);
-  }
-}
-
-
-/* Hands back everything in w's inbox and FIFO, oldest first (lock held). */
-static void cancel_inbox(uvs_worker_t* w) {
-  uvs_task_t* t;
-
-  while ((t = uvs__inbox_take(w, 1)) != NULL) {
-    uvs__unqueued(w);
-    uvs__drop(w->sched, t, UV_ECANCELED);
+    t = uvs__slot_task(&batch[i]);
+    if (t != NULL && uvs__take_out(w, t) == 0)
+      uvs__drop(w->sched, t, UV_ECANCELED);
   }
 }
 
@@ -56,31 +42,31 @@ static void cancel_inbox(uvs_worker_t* w) {
  * it, and a later sweep, at the latest the one after shut_door() has waited
  * for the callers, takes it. */
 static void sweep(uvs_worker_t* w) {
-  uvs_sched_t* s;
   uvs_task_t* t;
   unsigned i;
 
-  s = w->sched;
   uvs__inbox_flush(w);
   if (w->keys == NULL) {
-    cancel_inbox(w);
     /* Tasks of a running drain's batch that it has not taken yet. */
     sweep_batch(w, w->batch, w->batch_len);
-    return;
+  } else {
+    /* A wide worker's, oldest first, so that each key's come back in
+     * schedule order: what lanes picked and have not started, then kready
+     * and the tasks behind their keys, then the inbox, which lanes take in
+     * from the head. Taking the inbox in first would need memory for its
+     * keys' entries, which a close must not. */
+    for (i = 0; i < w->width; i++)
+      sweep_batch(w, uvs__keys_lane(w, i)->batch,
+                  uvs__keys_lane(w, i)->batch_len);
+    while ((t = uvs__keys_oldest(w)) != NULL) {
+      uvs__take_out(w, t);
+      uvs__drop(w->sched, t, UV_ECANCELED);
+    }
   }
-  /* A wide worker's, oldest first, so that each key's come back in
-   * schedule order: what lanes picked and have not started, then kready
-   * and the tasks behind their keys, then the inbox, which lanes take in
-   * from the head. Taking the inbox in first would need memory for its
-   * keys' entries, which a close must not. */
-  for (i = 0; i < w->width; i++)
-    sweep_batch(w, uvs__keys_lane(w, i)->batch,
-                uvs__keys_lane(w, i)->batch_len);
-  while ((t = uvs__keys_take(w)) != NULL) {
-    uvs__unqueued(w);
-    uvs__drop(s, t, UV_ECANCELED);
+  while ((t = uvs__inbox_oldest(w)) != NULL) {
+    uvs__take_out(w, t);
+    uvs__drop(w->sched, t, UV_ECANCELED);
   }
-  cancel_inbox(w);
 }
 
 

@@ -111,6 +111,9 @@ void uvs__inbox_flush(uvs_worker_t* worker);
  * producers are swapping too, which a drain that has other tasks to run can
  * leave for later. */
 uvs_task_t* uvs__inbox_take(uvs_worker_t* worker, int last);
+/* Lock held: the FIFO's oldest task, left where it is, or NULL; after a
+ * flush, the oldest in the FIFO and the inbox. */
+uvs_task_t* uvs__inbox_oldest(uvs_worker_t* worker);
 /* Lock held: tasks in the inbox (O(n); for stats). Tasks leaving the inbox
  * are counted in worker->nsched, so producers pay no counter. */
 uint64_t uvs__inbox_count(uvs_worker_t* worker);
@@ -121,16 +124,13 @@ uint64_t uvs__inbox_count(uvs_worker_t* worker);
 #define UVS__SLOT_TOMB ((uvs_task_t*) (uintptr_t) 2)
 #define UVS__BATCH 64
 
-/* Takes the task out of a batch slot its drain has not taken yet, leaving
- * a tombstone; NULL if the drain (or a cancel) got there first. */
-static inline uvs_task_t* uvs__slot_steal(uvs_task_t** slot) {
+/* The task in a batch slot that its drain has not taken yet, or NULL. A
+ * drain may take it at any moment: uvs__take_out() settles who has it. */
+static inline uvs_task_t* uvs__slot_task(uvs_task_t** slot) {
   uvs_task_t* t;
 
   t = __atomic_load_n(slot, __ATOMIC_ACQUIRE);
   if (t == UVS__SLOT_TAKEN || t == UVS__SLOT_TOMB)
-    return NULL;
-  if (!__atomic_compare_exchange_n(slot, &t, UVS__SLOT_TOMB, 0,
-                                   __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
     return NULL;
   return t;
 }

@@ -436,26 +436,17 @@ void uvs__keys_unlinked(uvs_worker_t* w, uvs_task_t* t) {
 }
 
 
-uvs_task_t* uvs__keys_take(uvs_worker_t* w) {
-  uvs__queue_t* q;
-  uvs_task_t* t;
-  size_t i;
+uvs_task_t* uvs__keys_oldest(uvs_worker_t* w) {
   uvs__kent_t* e;
+  size_t i;
 
-  q = uvs__queue_shift(&w->kready);
-  if (q != NULL) {
-    t = uvs__container_of(q, uvs_task_t, node);
-    ready_taken(w, t);
-    uvs__keys_unlinked(w, t);
-    return t;
-  }
+  if (!uvs__queue_empty(&w->kready))
+    return uvs__container_of(w->kready.next, uvs_task_t, node);
   /* Tasks waiting behind a running one of their key. */
   for (i = 0; i < w->keys->nbuckets; i++)
     for (e = w->keys->buckets[i]; e != NULL; e = e->next)
-      if ((q = uvs__queue_shift(&e->q)) != NULL) {
-        count_out(w, e);
-        return uvs__container_of(q, uvs_task_t, node);
-      }
+      if (!uvs__queue_empty(&e->q))
+        return uvs__container_of(e->q.next, uvs_task_t, node);
   return NULL;
 }
 
@@ -482,9 +473,8 @@ void uvs__keys_seeking(uvs_worker_t* w, int delta) {
 
 
 /* The oldest task of the key's run that the lane holding it has not
- * started, swapped for a tombstone, or NULL. The head, picked, counts as
- * started. */
-static uvs_task_t* steal_from_run(uvs_worker_t* w, uvs__kent_t* e) {
+ * started, or NULL. The head, picked, counts as started. */
+static uvs_task_t* oldest_in_run(uvs_worker_t* w, uvs__kent_t* e) {
   uvs__lane_t* lane;
   uvs_task_t* t;
   unsigned i;
@@ -495,7 +485,7 @@ static uvs_task_t* steal_from_run(uvs_worker_t* w, uvs__kent_t* e) {
     if (!lane->active || lane->kent != e || lane->batch == NULL)
       continue;
     for (j = 1; j < lane->batch_len; j++)
-      if ((t = uvs__slot_steal(&lane->batch[j])) != NULL)
+      if ((t = uvs__slot_task(&lane->batch[j])) != NULL)
         return t;
     return NULL;
   }
@@ -503,28 +493,16 @@ static uvs_task_t* steal_from_run(uvs_worker_t* w, uvs__kent_t* e) {
 }
 
 
-/* The key's oldest queued task, taken out and counted out, or NULL. */
-uvs_task_t* uvs__keys_take_oldest(uvs_worker_t* w, uvs__kent_t* e) {
-  uvs__queue_t* q;
+uvs_task_t* uvs__keys_oldest_of(uvs_worker_t* w, uvs__kent_t* e) {
   uvs_task_t* t;
 
-  if (e->taken && (t = steal_from_run(w, e)) != NULL) {
-    count_out(w, e);
+  if (e->taken && (t = oldest_in_run(w, e)) != NULL)
     return t;
-  }
-  if (e->head != NULL && !e->taken) {
-    t = e->head;
-    uvs__queue_remove(&t->node);
-    ready_taken(w, t);
-    count_out(w, e);
-    uvs__keys_release(w, e);
-    return t;
-  }
-  q = uvs__queue_shift(&e->q);
-  if (q == NULL)
+  if (e->head != NULL && !e->taken)
+    return e->head;
+  if (uvs__queue_empty(&e->q))
     return NULL;
-  count_out(w, e);
-  return uvs__container_of(q, uvs_task_t, node);
+  return uvs__container_of(e->q.next, uvs_task_t, node);
 }
 
 

@@ -55,8 +55,9 @@ void uvs__keys_release(uvs_worker_t* w, uvs__kent_t* e);
 /* A queued task was taken out (cancel, eviction): releases its key if it
  * was its key's next. Call before the task is handed back. */
 void uvs__keys_unlinked(uvs_worker_t* w, uvs_task_t* t);
-/* Takes any queued task out (close, eviction), oldest runnable first. */
-uvs_task_t* uvs__keys_take(uvs_worker_t* w);
+/* The oldest queued task that lanes took in, left where it is (kready,
+ * then the tasks behind running keys), or NULL. */
+uvs_task_t* uvs__keys_oldest(uvs_worker_t* w);
 /* Lanes w wants posted now (guarantee 12): one for each task in kready
  * that no lane posted and not yet picking will take, as far as the width
  * leaves room. */

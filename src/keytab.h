@@ -68,7 +68,7 @@ uvs__kent_t* uvs__kt_new(uvs__keys_t* k, uint64_t key);
 /* Deletes an entry that holds nothing and owes nothing: idle keys cost
  * no memory. */
 void uvs__kt_maybe_del(uvs__keys_t* k, uvs__kent_t* e);
-/* The key's oldest queued task, taken out and counted out, or NULL. */
-uvs_task_t* uvs__keys_take_oldest(uvs_worker_t* w, uvs__kent_t* e);
+/* The key's oldest queued task, left where it is, or NULL. */
+uvs_task_t* uvs__keys_oldest_of(uvs_worker_t* w, uvs__kent_t* e);
 
 #endif /* UVS_KEYTAB_H */

@@ -248,6 +248,13 @@ uvs_task_t* uvs__inbox_take(uvs_worker_t* w, int last) {
 }
 
 
+uvs_task_t* uvs__inbox_oldest(uvs_worker_t* w) {
+  if (uvs__queue_empty(&w->fifo))
+    return NULL;
+  return uvs__container_of(w->fifo.next, uvs_task_t, node);
+}
+
+
 uint64_t uvs__inbox_count(uvs_worker_t* w) {
   uvs__queue_t* n;
   uint64_t count;
