@@ -92,7 +92,7 @@ static void close_locked(uvs_worker_t* w,
   uvs__wake_all(w);
   uvs__queue_remove(&w->space_node);
   w->space_owed = 0;
-  while (uvs__keys_owed_take(w, &key))
+  while (w->keys != NULL && uvs__keys_owed_take(w, &key))
     ;
 
   /* Delayed tasks: draining runs those already due; the rest never run. */
@@ -309,14 +309,17 @@ static void complete_worker(uvs_sched_t* s, uvs_worker_t* w) {
   if (uvs__load_rlx(&s->state) != UVS__SS_OPEN && w->close_cb == NULL)
     uvs__queue_push(&s->closed, &w->list_node);
   s->stats.scheduled += w->nsched;
-  uvs__worker_fold_counts(w);
+  if (w->keys != NULL)
+    uvs__worker_fold_counts(w);
   s->stats.ran += uvs__load_acq(&w->nran);
   s->stats.cancelled += w->ncancelled;
-  uvs__keys_free(w);
+  if (w->keys != NULL)
+    uvs__keys_free(w);
   hists = w->hists;
   w->hists = NULL;
   call_close_cb(s, w, hists);
-  uvs__free(hists);
+  if (hists != NULL)
+    uvs__free(hists);
 }
 
 

@@ -359,7 +359,8 @@ static unsigned turn(uvs_worker_t* w,
   if (!held)
     uv_mutex_lock(&s->lock);
   for (;;) {
-    uvs__post_release_all(s, &tn.posts);
+    if (!uvs__queue_empty(&tn.posts))
+      uvs__post_release_all(s, &tn.posts); /* the nodes of posts that ran */
     if (tn.ran >= tn.budget || tn.over)
       break;
     if ((w->flags & UVS__WF_CLOSING) && !(w->flags & UVS__WF_DRAIN))
