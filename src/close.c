@@ -112,8 +112,9 @@ static void close_locked(uvs_worker_t* w,
   if (how == UVS_CANCEL)
     sweep(w);
 
-  /* The loop completes the close (and re-arms the timer) when it looks. */
-  uvs__ring(s, UVS__BELL_CLOSE | UVS__BELL_TIMER);
+  /* The loop completes the close when it looks (uvs__undelay rang for the
+   * timer if the last delayed task went). */
+  uvs__ring(s, UVS__BELL_CLOSE);
 }
 
 

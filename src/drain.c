@@ -5,8 +5,8 @@
  * A drain takes the scheduler's lock once per batch to move tasks from the
  * queue into slots of its thread, then runs them without it; each slot is
  * claimed with one exchange, so a cancel or close can swap a waiting task
- * for a tombstone instead. Hand-backs of a batch go to handback.c in one
- * push, in run order.
+ * for a tombstone instead. Hand-backs of a batch go to the hand-back stack
+ * (worker.c) in one push, in run order.
  */
 
 #include "internal.h"

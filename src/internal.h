@@ -69,7 +69,7 @@ unsigned long uvs__alloc_count(void);
 /* ---- queue.h: intrusive circular list ---------------------------------- */
 #include "queue.h"
 
-/* ---- wheel.c: the timer structure ------------------------------------- */
+/* ---- timer.c: the wheel ------------------------------------------------ */
 /* Delayed tasks by due time (ms on the uv_hrtime() clock); tasks due at the
  * same ms expire in insertion order. All calls need the scheduler's lock. */
 typedef struct uvs__timers_s uvs__timers_t;
@@ -86,7 +86,7 @@ void uvs__timers_expire(uvs__timers_t* timers,
                         void (*fire)(void* ctx, uvs_task_t* task),
                         void* ctx);
 
-/* ---- inbox.c: the per-worker queue ------------------------------------- */
+/* ---- worker.c: the queue ---------------------------------------------- */
 /* A worker's queued tasks live in three places, oldest first: a drain's
  * batch of slots, the FIFO, and the inbox. Producers push onto the inbox
  * without a lock; everything else needs the scheduler's lock. */
@@ -303,19 +303,26 @@ int uvs__post_init(uvs_sched_t* sched);
  * with no exception: a file that needs the loop rings its doorbell
  * (uvs__ring(), inline above), which calls only libuv.
  * scripts/check-layers.py checks that no call goes round in a circle.
- *   sched.c                  uvs_sched_init, uvs_now, stats
- *   loop.c                   the loop thread's side: handles, settle()
- *                            (what is owed), dispatch (guarantee 12)
- *   lane.c post.c            a wide worker's lanes; uvs_post
- *   task.c cancel.c          the schedule calls; cancel and re-arm
- *   close.c drain.c          closes and the one sweep; running tasks
- *   timer.c metrics.c        all of time; histograms and metrics
- *   bound.c                  bounds, space callbacks, blocked producers
- *   worker.c delay.c         a worker's queue and its hand-off; delayed
- *   handback.c               lists; the end of custody
- *   keyq.c                   a wide worker's keyed queue, per-key bounds
- *   keys.c postpool.c wheel.c    key table and lanes; post nodes; wheel
- *   inbox.c hazard.c alloc.c version.c    leaves
+ *   sched.c              uvs_sched_init, uvs_worker_init, uvs_now,
+ *                        uvs_clock_advance, stats
+ *   loop.c               the loop thread's side: handles, settle() (what
+ *                        is owed), dispatch of runners and lanes
+ *                        (guarantee 12: which ready worker goes next)
+ *   post.c               uvs_post
+ *   task.c cancel.c      the schedule calls; cancel and re-arm
+ *   close.c drain.c      closes and the one sweep; running turns
+ *   metrics.c            histograms, metrics, a worker's counts, shedding
+ *   bound.c              admission at every entrance (schedule, post,
+ *                        falling due, wait): bounds and policies, the
+ *                        worker's and the key's; space callbacks; blocked
+ *                        producers; the queued count; uvs__take_out
+ *   timer.c              all of time: the wheel, delayed lists, due times,
+ *                        the uv_timer, periodic tasks, manual clock steps
+ *   keys.c               a wide worker's keyed queue, key table and lanes
+ *   worker.c             the pin; the queue (inbox and FIFO); the
+ *                        idle/busy hand-off; the hand-back
+ *   postpool.c           uvs_post's nodes
+ *   hazard.c alloc.c version.c    leaves
  */
 
 /* The scheduler's clock in ms: uv_hrtime(), or the manual clock. */
@@ -468,7 +475,8 @@ void uvs__worker_leave(uvs_worker_t* worker);
 enum { UVS__PIN_NONE = 0, UVS__PIN_SLOT = 1 };
 int uvs__worker_pin(uvs_worker_t* worker, int* pinned);
 void uvs__worker_unpin(uvs_worker_t* worker, int pinned);
-/* Init with options (NULL = defaults), after the caller checked them. */
+/* Init with options (NULL = defaults), after the caller checked them
+ * (sched.c). */
 int uvs__worker_init(uvs_sched_t* sched,
                      uvs_worker_t* worker,
                      uvs_where_t where,
@@ -482,13 +490,25 @@ void uvs__worker_make_ready(uvs_worker_t* worker);
 void uvs__worker_push(uvs_worker_t* worker, uvs_task_t* task, int requeue);
 /* A task counted in under its key (per-key bounds) joins kready or the
  * queue behind its key, and the worker wants a lane if one is free. Lock
- * held. */
+ * held (bound.c). */
 void uvs__worker_file(uvs_worker_t* worker, uvs_task_t* task);
 /* A turn of the worker ended (lock held, any thread): idle, or ready
  * again at the tail of its list. */
 void uvs__turn_ended(uvs_worker_t* worker);
-/* Tasks accepted and not yet handed back (lock held). */
-uint64_t uvs__worker_pending(uvs_worker_t* worker);
+/* The sum of a counter of a wide worker's lanes, at offset off in each
+ * (metrics.c, as are the next two). */
+uint64_t uvs__lanes_sum(uvs_worker_t* worker, size_t off);
+/* Tasks accepted and not yet handed back (lock held). A task is counted in
+ * nsched before a drain can take it, so this never undercounts. Tasks
+ * still in the inbox are not included. */
+static inline uint64_t uvs__worker_pending(uvs_worker_t* w) {
+  uint64_t n;
+
+  n = w->nsched - uvs__load_acq(&w->nended_run) - w->nended;
+  if (w->keys != NULL)
+    n -= uvs__lanes_sum(w, offsetof(uvs__lane_t, nended_run));
+  return n;
+}
 /* run_cb calls so far, its lanes' included. Lock held, or the worker
  * pinned; once its close completed, the worker's own field has them all. */
 uint64_t uvs__worker_ran(uvs_worker_t* worker);
@@ -521,7 +541,7 @@ extern UVS__TLS struct uvs__tls_s uvs__tls;
 
 #include "bound.h"
 
-/* ---- delay.c: delayed tasks -------------------------------------------- */
+/* ---- timer.c: delayed tasks ------------------------------------------- */
 /* A delayed task enters, or leaves, the wheel and its worker's delayed
  * list together (lock held). */
 void uvs__delay(uvs_worker_t* worker, uvs_task_t* task);
@@ -531,7 +551,7 @@ void uvs__undelay(uvs_worker_t* worker, uvs_task_t* task);
  * handed back to nobody (lock held). */
 void uvs__skip_grid_point(uvs_worker_t* worker, uvs_task_t* task);
 
-/* ---- handback.c -------------------------------------------------------- */
+/* ---- worker.c: the hand-back ------------------------------------------ */
 /* Ends the library's custody of a task that is linked nowhere: the
  * hand-back stack for a task with done_cb, released otherwise. Lock held. */
 void uvs__drop(uvs_sched_t* sched, uvs_task_t* task, int status);

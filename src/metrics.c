@@ -164,7 +164,7 @@ int uvs_worker_metrics(const uvs_worker_t* worker, uvs_worker_metrics_t* out) {
 
 
 /* The sum of a counter of the worker and the same counter of each lane. */
-static uint64_t lanes_sum(uvs_worker_t* w, size_t off) {
+uint64_t uvs__lanes_sum(uvs_worker_t* w, size_t off) {
   uint64_t n;
   unsigned i;
 
@@ -174,15 +174,9 @@ static uint64_t lanes_sum(uvs_worker_t* w, size_t off) {
   return n;
 }
 
-uint64_t uvs__worker_pending(uvs_worker_t* w) {
-  /* A task is counted in nsched before a drain can take it, so this never
-   * undercounts. Tasks still in the inbox are not included. */
-  return w->nsched - uvs__load_acq(&w->nended_run) -
-         lanes_sum(w, offsetof(uvs__lane_t, nended_run)) - w->nended;
-}
-
 uint64_t uvs__worker_ran(uvs_worker_t* w) {
-  return uvs__load_acq(&w->nran) + lanes_sum(w, offsetof(uvs__lane_t, nran));
+  return uvs__load_acq(&w->nran) +
+         uvs__lanes_sum(w, offsetof(uvs__lane_t, nran));
 }
 
 void uvs__worker_fold_counts(uvs_worker_t* w) {

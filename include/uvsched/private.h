@@ -23,7 +23,9 @@ struct uvs__queue_s {
  *                                             (uvs__task_set_slot)
  *              a free post node               the next chain (postpool.c)
  *   tnode      delayed                        its link in the wheel, or on
- *                                             the soon list (wheel.c)
+ *                                             the soon list (timer.c)
+ *              fallen due, being admitted     its link on the due list
+ *                                             (uvs__timers_due, bound.c)
  *              queued on a wide worker        prev: the worker's kready
  *                                             while it is in it; next: its
  *                                             key's entry, once it heads
