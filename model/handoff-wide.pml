@@ -1,5 +1,5 @@
 /* The hand-off of a wide worker (width > 1) to its lanes, as a Promela
- * model for spin. src/handoff.pml models the serial worker's.
+ * model for spin. model/handoff.pml models the serial worker's.
  *
  * Checked by scripts/check-handoff.sh (CI runs it): never more lanes of
  * the worker active than its width, nor more drains than the cap; the
@@ -9,16 +9,16 @@
  * fairness); and work conservation (guarantee 12): whenever nothing can
  * move but long tasks, no task waits queued while a lane is free and the
  * cap has room. The script also checks that the model is not vacuous:
- * with -DBROKEN_NO_LOOK (uvs__lane_ended() frees the lane without looking
- * at the queue), -DBROKEN_LANES_FIRST (a producer reads lanes_active
- * before its push) or -DBROKEN_NO_RELIST (uvs__serve_wide() does not list the
- * worker again after a push caught mid-way) spin must find a lost task
- * even with the work-conservation assertion left out (-DNO_CONSERVE), and
- * with -DBROKEN_ONE_LANE (uvs__serve_wide() posts one lane a call, whatever is
+ * with -DBROKEN_NO_LOOK (lane_ended() frees the lane without looking at
+ * the queue), -DBROKEN_LANES_FIRST (a producer reads lanes_active before
+ * its push) or -DBROKEN_NO_RELIST (serve_wide() does not list the worker
+ * again after a push caught mid-way) spin must find a lost task even with
+ * the work-conservation assertion left out (-DNO_CONSERVE), and with
+ * -DBROKEN_ONE_LANE (serve_wide() takes one lane a call, whatever is
  * queued), which loses nothing, the work-conservation assertion must
  * fail.
  *
- * What it abstracts. The inbox is as in src/handoff.pml: `pushed` counts
+ * What it abstracts. The inbox is as in model/handoff.pml: `pushed` counts
  * exchanges on the tail, `lnk[i]` says item i is linked, `taken` counts
  * items taken in, and uvs__inbox_nonempty() is pushed != taken. Keys are
  * left out: every task is startable, so kready (the list lanes pick from)
@@ -27,13 +27,13 @@
  * consistent interleavings; the operations that decide the hand-off are
  * seq_cst in the C code (the exchange on the tail, the producer's loads
  * of lanes_active and state and its CAS; the store of IDLE, the look at
- * the tail and the CAS in uvs__serve_wide() and want_lanes(); the store that
- * frees a lane and the look at the tail in uvs__lane_ended()). The link
+ * the tail and the CAS in serve_wide() and want_lanes(); the store that
+ * frees a lane and the look at the tail in lane_ended()). The link
  * is not: it is a release store, and C11 lets another thread see it after
  * the producer's seq_cst loads and CAS that follow it. So a producer here
  * links right after its exchange, or after its loads, or after its CAS
  * (at the latest: a producer that won the CAS then takes the lock, which
- * publishes the link). Without that, no run needs uvs__serve_wide() to list
+ * publishes the link). Without that, no run needs serve_wide() to list
  * the worker again after a push caught mid-way, and -DBROKEN_NO_RELIST
  * passes. post_lane() raises lanes_active with a release store: a
  * producer that misses it only lists the worker once more. What a holder
@@ -41,8 +41,9 @@
  * the inbox in, picking a task, the seeking count, running the task) is
  * one step with what comes before or after it. Rings of the loop's
  * doorbell (uvs__ring() in src/internal.h) are not modelled: a listed
- * worker is served as soon as the cap leaves room. Other workers' runners, which share the
- * cap, are not modelled either: CAP counts this worker's lanes only.
+ * worker is served as soon as the cap leaves room. Other workers'
+ * runners, which share the cap, are not modelled either: CAP counts this
+ * worker's lanes only.
  * Closing and cancelling are left out.
  *
  * Work conservation needs a moment when a lane would be missed: a lane's
@@ -63,8 +64,8 @@
  *
  *   model                          C code
  *   -----------------------------  -------------------------------------
- *   push(): exchange, link         push_node() in src/inbox.c, called by
- *                                  uvs__inbox_push() in src/inbox.c:
+ *   push(): exchange, link         push_node() in src/worker.c, called by
+ *                                  uvs__inbox_push() in src/worker.c:
  *                                  exchange on inbox_tail (seq_cst), then
  *                                  release store of prev->next
  *   push(): lanes_active, state,   uvs__worker_push() in src/worker.c, for
@@ -76,46 +77,64 @@
  *                                  src/worker.c: listed on wide_ready once
  *   Loop: serve a listed worker    dispatch() in src/loop.c, while
  *                                  uvs__room() has room, calling
- *                                  uvs__serve_wide() in src/lane.c: off
- *                                  the list, store IDLE,
- *                                  take the inbox in, post the lanes
- *                                  wanted; at the cap, CAS back to
- *                                  SCHEDULED and list again; after a push
- *                                  caught mid-way, want_lanes()
- *   intake(), then `busy`          uvs__keys_intake() in src/keyq.c, with
- *                                  uvs__inbox_take() in src/inbox.c: stops
- *                                  at an item not linked yet; then the
- *                                  look at the tail (uvs__inbox_nonempty()
- *                                  in src/inbox.c) says UV_EAGAIN
- *   wanted()                       uvs__keys_lanes_wanted() in src/keyq.c
- *   post_lane()                    post_lane() in src/lane.c: the first
+ *                                  serve_wide() in src/loop.c: off the
+ *                                  list, store IDLE, take the inbox in,
+ *                                  post_lane() for each lane wanted; at
+ *                                  the cap, CAS back to SCHEDULED and list
+ *                                  again; after a push caught mid-way,
+ *                                  want_lanes()
+ *   intake(), then `busy`          uvs__keys_intake() in src/keys.c, with
+ *                                  uvs__inbox_take() in src/worker.c:
+ *                                  stops at an item not linked yet; then
+ *                                  the look at the tail
+ *                                  (uvs__inbox_nonempty() in
+ *                                  src/worker.c) says UV_EAGAIN
+ *   wanted()                       uvs__keys_lanes_wanted() in src/keys.c
+ *   post_lane()                    post_lane() in src/loop.c: the first
  *                                  free lane, seeking
- *                                  (uvs__keys_seeking() in src/keyq.c),
- *                                  lanes_active and drains up, then
- *                                  uv_queue_work
- *   want_lanes()                   want_lanes() in src/lane.c: CAS IDLE
+ *                                  (uvs__keys_seeking() in src/keys.c),
+ *                                  lanes_active and drains up, and the
+ *                                  lane owed a post; post_owed() in
+ *                                  src/loop.c calls uv_queue_work for it
+ *                                  once dispatch() is done and the lock
+ *                                  is let go
+ *   want_lanes()                   want_lanes() in src/loop.c: CAS IDLE
  *                                  -> SCHEDULED, and list on success
- *   proctype Lane (one per lane;   lane_work() in src/lane.c running
+ *   proctype Lane (one per lane;   lane_work() in src/loop.c running
  *   each `go` is one               uvs__lane_turn() in src/drain.c, which
  *   uv_queue_work)                 is turn() in src/drain.c: under the
  *                                  lock, fill() in src/drain.c stops
  *                                  seeking, takes the inbox in and picks
  *                                  one task (uvs__keys_pick() in
- *                                  src/keyq.c); it runs it without the
+ *                                  src/keys.c); it runs it without the
  *                                  lock, and goes on until nothing is
  *                                  left to pick or BUDGET is spent
  *   Loop: lane_done()              lane_work_done() in src/loop.c, its
  *                                  after_work_cb on the loop thread,
- *                                  calling uvs__lane_ended() in
- *                                  src/lane.c: drains down, seeking off, seq_cst
+ *                                  calling lane_ended() in src/loop.c:
+ *                                  drains down, seeking off, seq_cst
  *                                  store of lanes_active - 1, then
  *                                  uvs__worker_nonempty() in
  *                                  src/internal.h (inbox tail, seq_cst,
  *                                  or kready) and want_lanes()
- *   Loop: timer push               fire() in src/timer.c calling uvs__due()
- *                                  in src/timer.c, which calls
+ *   Loop: timer push               uvs__timers_due() in src/timer.c, its
+ *                                  fire() in src/timer.c taking what is
+ *                                  due out of the wheel, then
+ *                                  uvs__fall_due() in src/bound.c, both
+ *                                  under the lock in settle_once() in
+ *                                  src/loop.c (a manual clock:
+ *                                  uvs__clock_step() in src/timer.c from
+ *                                  uvs_clock_advance() in src/sched.c);
+ *                                  fall_due() in src/bound.c admits the
+ *                                  task and calls uvs__due() in
+ *                                  src/bound.c, which calls
  *                                  uvs__worker_push(requeue = 1) with the
- *                                  lock held
+ *                                  lock held, or, with per-key bounds,
+ *                                  uvs__worker_file() in src/bound.c,
+ *                                  which files it under its key and makes
+ *                                  the same look at lanes_active and CAS;
+ *                                  a task its bounds reject never reaches
+ *                                  the queue
  *   Quiescent()                    none: the model's checks when nothing
  *                                  else can move
  */
@@ -382,7 +401,7 @@ end:
   :: atomic {
        phase == P_READY && drains < CAP && lock == 0 ->
        lock = 1;
-       /* uvs__serve_wide(): off the list, then IDLE (seq_cst) */
+       /* serve_wide(): off the list, then IDLE (seq_cst) */
        assert(state == W_SCHEDULED);
        phase = P_IDLE;
        state = W_IDLE

@@ -9,7 +9,7 @@
  * -DBROKEN_LOOK_FIRST (a producer reads the state before its push) spin must
  * find the lost task.
  *
- * What it abstracts. The inbox (inbox.c) is two counters and a flag per
+ * What it abstracts. The inbox (src/worker.c) is two counters and a flag per
  * item: `pushed` is the number of exchanges on the tail, `lnk[i]` says that
  * item i has been linked behind its predecessor, and `taken` is how many
  * items the consumer took. Between a producer's exchange and its link the
@@ -25,10 +25,10 @@
  * load in pop() carry the task's contents, not the decision, and are one
  * step each here. Rings of the loop's doorbell (uvs__ring() in
  * src/internal.h) are not modelled: a worker listed as ready is assumed to
- * be dispatched eventually. A drain that stops early (its budget or time slice is spent)
- * and leaves tasks queued is modelled by BUDGET: tasks a drain moved into
- * its batch and puts back unstarted at the head of the FIFO, under the
- * lock, are tasks it did not take.
+ * be dispatched eventually. A drain that stops early (its budget or time
+ * slice is spent) and leaves tasks queued is modelled by BUDGET: tasks a
+ * drain moved into its batch and puts back unstarted at the head of the
+ * FIFO, under the lock, are tasks it did not take.
  *
  * Where each part of the model is in the C code. Name functions, never line
  * numbers: scripts/check-handoff.sh fails if a function named here with
@@ -39,8 +39,8 @@
  *
  *   model                          C code
  *   -----------------------------  -------------------------------------
- *   push_exchange / push_link      push_node() in src/inbox.c, called by
- *                                  uvs__inbox_push() in src/inbox.c:
+ *   push_exchange / push_link      push_node() in src/worker.c, called by
+ *                                  uvs__inbox_push() in src/worker.c:
  *                                  exchange on inbox_tail (seq_cst), then
  *                                  release store of prev->next
  *   push(): state load, CAS, make  uvs__worker_push() in src/worker.c
@@ -49,14 +49,17 @@
  *   proctype Drain (one per `go`)  turn() in src/drain.c: batches
  *                                  under the lock via fill() in
  *                                  src/drain.c, uvs__inbox_take() in
- *                                  src/inbox.c (and pop() in src/inbox.c),
- *                                  runs them without it, stops on
- *                                  empty-for-now or budget
- *   Loop: dispatch                 dispatch() in src/loop.c (and a runner
- *                                  taking the next ready worker,
- *                                  uvs__run_ready() in src/drain.c), and
- *                                  uvs__loop_turn() in src/drain.c:
- *                                  phase = POSTED, one drain at a time
+ *                                  src/worker.c (and pop() in
+ *                                  src/worker.c), runs them without it,
+ *                                  stops on empty-for-now or budget
+ *   Loop: dispatch                 dispatch() in src/loop.c, whose
+ *                                  runners post_owed() in src/loop.c
+ *                                  posts with uv_queue_work once the lock
+ *                                  is let go (and a runner taking the
+ *                                  next ready worker, uvs__run_ready() in
+ *                                  src/drain.c), and uvs__loop_turn() in
+ *                                  src/drain.c: phase = POSTED, one drain
+ *                                  at a time
  *   Loop: after_drain              uvs__turn_ended() in src/worker.c,
  *                                  called under the lock by the runner
  *                                  (uvs__run_ready()) or the loop turn
@@ -64,13 +67,25 @@
  *                                  ends; which thread does it does not
  *                                  matter to the hand-off, only the lock
  *                                  and the seq_cst store and second look
- *   nonempty()                     uvs__inbox_nonempty() in src/inbox.c
- *   Loop: timer push               fire() in src/timer.c calling uvs__due()
- *                                  in src/timer.c, which calls
+ *   nonempty()                     uvs__inbox_nonempty() in src/worker.c,
+ *                                  through uvs__worker_nonempty() in
+ *                                  src/internal.h (a serial worker has
+ *                                  no kready)
+ *   Loop: timer push               uvs__timers_due() in src/timer.c, its
+ *                                  fire() in src/timer.c taking what is
+ *                                  due out of the wheel, then
+ *                                  uvs__fall_due() in src/bound.c, both
+ *                                  under the lock in settle_once() in
+ *                                  src/loop.c (a manual clock:
+ *                                  uvs__clock_step() in src/timer.c from
+ *                                  uvs_clock_advance() in src/sched.c);
+ *                                  fall_due() in src/bound.c admits the
+ *                                  task and calls uvs__due() in
+ *                                  src/bound.c, which calls
  *                                  uvs__worker_push(requeue = 1) with the
- *                                  lock held (also
- *                                  close_locked() in src/close.c,
- *                                  UVS_DRAIN)
+ *                                  lock held (also close_locked() in
+ *                                  src/close.c, UVS_DRAIN); a task its
+ *                                  bounds reject never reaches the inbox
  */
 
 #ifndef NPROD
