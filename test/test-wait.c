@@ -261,9 +261,10 @@ static void check_waits(void) {
          h->count, h->max_ns, h->count != 0 ? h->sum_ns / h->count : 0,
          uvs_hist_quantile(h, 0.5), uvs_hist_quantile(h, 0.99), h->bucket[23]);
   ASSERT_UINT64_EQ(h->count, (uint64_t) feed_n);
-  /* 2^22 us is 4.2 s: far above any wait here, far below a wrapped one. */
+  /* The top bucket (4.2 s and more) is where a wrapped wait lands; a
+   * real one of seconds, on a machine that starves the loop thread, is
+   * bounded by what the test saw, below. */
   ASSERT_UINT64_EQ(h->bucket[23], 0);
-  ASSERT_UINT64_EQ(h->bucket[22], 0);
   ASSERT_UINT64_LE(h->max_ns, true_max_ns + 1000);
   ASSERT_UINT64_LE(h->sum_ns, true_sum_ns + (uint64_t) feed_n * 1000);
   for (k = 0; k <= 100; k++) {
