@@ -1,4 +1,4 @@
-/* The worker's inbox (src/inbox.c) on its own, as urcu and ck test their
+/* The worker's inbox (src/worker.c) on its own, as urcu and ck test their
  * queues: the stub node's path when the inbox holds one task, the newest
  * task left behind by take(last = 0), and many producers against one
  * consumer, checking that every task comes out once and in each producer's
