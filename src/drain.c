@@ -406,7 +406,6 @@ void uvs__lane_turn(uvs__lane_t* lane) {
 
 
 void uvs__run_ready(uvs_sched_t* s, uvs_worker_t* first) {
-  uvs__queue_t* q;
   uvs_worker_t* w;
   uint64_t epoch;
   unsigned left;
@@ -434,16 +433,11 @@ void uvs__run_ready(uvs_sched_t* s, uvs_worker_t* first) {
     if (left != 0)
       left -= ran;
     uvs__turn_ended(w);
-    q = NULL;
-    if (s->budget != 0 ? left != 0 : !uvs__slice_over(&sl))
-      q = s->ready.next != &s->ready ? s->ready.next : NULL;
-    if (q == NULL)
+    if (s->budget != 0 ? left == 0 : uvs__slice_over(&sl))
       break;
-    w = uvs__container_of(q, uvs_worker_t, ready_node);
-    if (w->runner_epoch == epoch)
+    w = uvs__ready_take(s, epoch);
+    if (w == NULL)
       break;
-    uvs__queue_remove(q);
-    w->phase = UVS__P_POSTED;
   }
   uv_mutex_unlock(&s->lock);
 }

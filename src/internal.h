@@ -481,6 +481,12 @@ int uvs__worker_init(uvs_sched_t* sched,
                      uvs_worker_t* worker,
                      uvs_where_t where,
                      const uvs_worker_options_t* options);
+/* The ready order: which ready pool worker a free drain serves next (lock
+ * held), taken off the ready list and marked posted, or NULL if none is
+ * ready or the next is one that the asking runner (epoch; 0 = a new
+ * drain) has served already. dispatch() (loop.c) and a runner going on
+ * to another worker (drain.c) both ask here. */
+uvs_worker_t* uvs__ready_take(uvs_sched_t* sched, uint64_t epoch);
 /* A producer moved the worker from idle to scheduled: list it as ready.
  * Lock held. */
 void uvs__worker_make_ready(uvs_worker_t* worker);

@@ -241,7 +241,6 @@ static void lane_work_done(uv_work_t* req, int status) {
  * worker could start. Never a guess of how long tasks take. Lock held. */
 static void dispatch(uvs_sched_t* s) {
   uvs__queue_t wide;
-  uvs__queue_t* q;
   uvs__runner_t* r;
   uvs_worker_t* w;
 
@@ -258,9 +257,7 @@ static void dispatch(uvs_sched_t* s) {
   uvs__queue_move(&wide, &s->wide_ready);
 
   while (uvs__room(s) && s->runner_free != NULL &&
-         (q = uvs__queue_shift(&s->ready)) != NULL) {
-    w = uvs__container_of(q, uvs_worker_t, ready_node);
-    w->phase = UVS__P_POSTED;
+         (w = uvs__ready_take(s, 0)) != NULL) {
     r = s->runner_free;
     s->runner_free = r->next;
     r->first = w;

@@ -81,6 +81,20 @@ static uvs__queue_t* ready_list(uvs_worker_t* w) {
 }
 
 
+uvs_worker_t* uvs__ready_take(uvs_sched_t* s, uint64_t epoch) {
+  uvs_worker_t* w;
+
+  if (uvs__queue_empty(&s->ready))
+    return NULL;
+  w = uvs__container_of(s->ready.next, uvs_worker_t, ready_node);
+  if (epoch != 0 && w->runner_epoch == epoch)
+    return NULL; /* it had its turn of this runner: the next runner's */
+  uvs__queue_remove(&w->ready_node);
+  w->phase = UVS__P_POSTED;
+  return w;
+}
+
+
 void uvs__worker_make_ready(uvs_worker_t* w) {
   w->phase = UVS__P_READY;
   uvs__queue_push(ready_list(w), &w->ready_node);
