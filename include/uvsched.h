@@ -55,6 +55,36 @@ typedef void (*uvs_worker_close_cb)(uvs_worker_t* worker);
 typedef enum { UVS_POOL = 0, UVS_LOOP = 1 } uvs_where_t;
 typedef enum { UVS_CANCEL = 0, UVS_DRAIN = 1 } uvs_close_how_t;
 
+/* 0.4: a group of a scheduler's workers (uvs_sched_options_t's groups). */
+typedef struct uvs_group_options_s {
+  /* Weight when groups compete for drains; 0 = 100. */
+  unsigned shares;
+  /* Most run_cbs of the group's pool workers at once; 0 = the scheduler's
+   * cap. */
+  unsigned max_concurrency;
+} uvs_group_options_t;
+
+typedef struct uvs_group_stats_s {
+  uint64_t running; /* run_cbs of the group's pool workers executing now */
+  uint64_t ready;   /* the group's pool workers ready and waiting for a
+                       drain now */
+  uint64_t ran;     /* run_cb calls of the group's pool workers */
+  uint64_t run_ns;  /* their run_cb time (start to return), summed */
+} uvs_group_stats_t;
+
+/* 0.4: the points of a task's life that a hook sees. */
+typedef enum {
+  UVS_EV_ACCEPTED = 0,   /* a call accepted the task */
+  UVS_EV_STARTED = 1,    /* run_cb is about to be called */
+  UVS_EV_ENDED = 2,      /* run_cb has returned */
+  UVS_EV_HANDED_BACK = 3 /* the task is being handed back, with status */
+} uvs_event_t;
+typedef void (*uvs_hook_cb)(uvs_worker_t* worker,
+                            uvs_task_t* task,
+                            uvs_event_t event,
+                            int status,
+                            void* arg);
+
 typedef struct uvs_sched_options_s {
   /* Most pool drains of this scheduler at once; 0 = no cap of its own. */
   unsigned max_concurrency;
@@ -70,6 +100,13 @@ typedef struct uvs_sched_options_s {
   /* Nonzero: the scheduler's time stands still until uvs_clock_advance()
    * moves it (for tests of programs that use delays). Since 0.2. */
   int manual_clock;
+  /* 0.4: the scheduler's groups; 0 = one group, default options; at most
+   * 16. groups: ngroups entries, copied by uvs_sched_init. */
+  unsigned ngroups;
+  const uvs_group_options_t* groups;
+  /* 0.4: NULL = none. */
+  uvs_hook_cb hook;
+  void* hook_arg;
 } uvs_sched_options_t;
 
 typedef struct uvs_stats_s {
@@ -119,6 +156,9 @@ typedef struct uvs_worker_options_s {
   /* A task ready longer than this when it would start is shed (done_cb
    * with UV_ETIMEDOUT); 0 = never. */
   uint64_t max_wait_ms;
+  /* 0.4: index into the scheduler's groups (pool workers only; a loop
+   * worker's is checked and ignored). */
+  unsigned group;
 } uvs_worker_options_t;
 
 /* A log2 histogram: bucket k counts values of less than 2^k us (and at
@@ -131,9 +171,10 @@ typedef struct uvs_hist_s {
 typedef struct uvs_worker_metrics_s {
   uint64_t queued, queued_max, delayed, running; /* now, and high-water mark */
   uint64_t scheduled, ran, cancelled, rejected, dropped;
-  uvs_hist_t wait;  /* ready (queued or due) -> run_cb starts; with metrics */
-  uvs_hist_t run;   /* run_cb duration; with metrics */
-  uint64_t expired; /* 0.3: tasks shed by max_wait_ms */
+  uvs_hist_t wait;    /* ready (queued or due) -> run_cb starts; with metrics */
+  uvs_hist_t run;     /* run_cb duration; with metrics */
+  uint64_t expired;   /* 0.3: tasks shed by max_wait_ms */
+  uint64_t suspended; /* 0.4: the worker's suspend count now */
 } uvs_worker_metrics_t;
 
 /* The private tails of the structs below. */
@@ -178,6 +219,10 @@ UVS_EXTERN int uvs_sched_close(uvs_sched_t* sched,
                                uvs_sched_close_cb close_cb);
 UVS_EXTERN uint64_t uvs_now(const uvs_sched_t* sched);
 UVS_EXTERN void uvs_sched_stats(const uvs_sched_t* sched, uvs_stats_t* out);
+/* 0.4, any thread: each field atomic, not a consistent snapshot. */
+UVS_EXTERN int uvs_group_stats(const uvs_sched_t* sched,
+                               unsigned group,
+                               uvs_group_stats_t* out);
 
 /* Workers: any thread. */
 UVS_EXTERN int uvs_worker_init(uvs_sched_t* sched,

@@ -249,6 +249,9 @@ static void handle_closed(uv_handle_t* handle) {
   }
   uv_cond_destroy(&s->room);
   uv_mutex_destroy(&s->lock);
+  uvs__free(s->groups);
+  s->groups = NULL;
+  s->ngroups = 0;
   if (cb != NULL)
     cb(s);
 }

@@ -230,8 +230,10 @@ typedef struct {
   unsigned budget;
   unsigned batch_max;
   unsigned ran;
-  int check; /* a task ran: the slice is looked at from now on */
-  int over;  /* the slice has passed */
+  uint64_t ran0; /* runs counted before the batch (a pool worker's) */
+  uint64_t ns;   /* the batch's length (a pool worker's) */
+  int check;     /* a task ran: the slice is looked at from now on */
+  int over;      /* the slice has passed */
 } turn_t;
 
 
@@ -334,6 +336,27 @@ static unsigned run_batch(turn_t* tn, uvs_task_t** slots, unsigned n) {
 }
 
 
+/* run_batch(), and for a pool worker what its group counts (0.4): a
+ * drain running a batch counts as one run_cb running, and the batch's
+ * length as its run_cb time. No lock held. */
+static unsigned timed_batch(turn_t* tn, uvs_task_t** slots, unsigned n) {
+  uvs__group_t* g;
+  unsigned i;
+  uint64_t t0;
+
+  if (tn->w->where != UVS_POOL)
+    return run_batch(tn, slots, n);
+  g = uvs__group_of(tn->w);
+  tn->ran0 = uvs__load_rlx(tn->c.ran);
+  __atomic_fetch_add(&g->running, 1, __ATOMIC_RELAXED);
+  t0 = uv_hrtime();
+  i = run_batch(tn, slots, n);
+  tn->ns = uv_hrtime() - t0;
+  __atomic_fetch_sub(&g->running, 1, __ATOMIC_RELAXED);
+  return i;
+}
+
+
 /* Runs one turn of a worker: up to budget tasks, a batch at a time, or,
  * with budget 0, until the time slice passes (rs: a runner's slice, shared
  * by the workers it serves; NULL: a slice of its own). lane is NULL for a
@@ -375,15 +398,17 @@ static unsigned turn(uvs_worker_t* w,
     if (n == 0) {
       /* A runner with other workers waiting doesn't linger on this one. */
       if (lane == NULL && s->linger_us != 0 && w->where == UVS_POOL &&
-          (rs == NULL || uvs__queue_empty(&s->ready)) && linger(s, w))
+          (rs == NULL || !uvs__pool_waiting(s)) && linger(s, w))
         continue;
       break;
     }
     *tn.batch = slots;
     *tn.batch_len = n;
     uv_mutex_unlock(&s->lock);
-    i = run_batch(&tn, slots, n);
+    i = timed_batch(&tn, slots, n);
     uv_mutex_lock(&s->lock);
+    if (w->where == UVS_POOL)
+      uvs__group_ran(w, (unsigned) (uvs__load_rlx(tn.c.ran) - tn.ran0), tn.ns);
     if (i < n)
       put_back(w, slots, i, n);
     /* The key's next task joins the tail of kready, unless the batch's
@@ -405,7 +430,7 @@ void uvs__lane_turn(uvs__lane_t* lane) {
 }
 
 
-void uvs__run_ready(uvs_sched_t* s, uvs_worker_t* first) {
+void uvs__run_ready(uvs_sched_t* s, uvs_worker_t* first, unsigned* group) {
   uvs_worker_t* w;
   uint64_t epoch;
   unsigned left;
@@ -435,7 +460,7 @@ void uvs__run_ready(uvs_sched_t* s, uvs_worker_t* first) {
     uvs__turn_ended(w);
     if (s->budget != 0 ? left == 0 : uvs__slice_over(&sl))
       break;
-    w = uvs__ready_take(s, epoch);
+    w = uvs__ready_take(s, epoch, group);
     if (w == NULL)
       break;
   }

@@ -41,6 +41,8 @@ static inline int uvs__is_thread(const uv_thread_t* t) {
 
 /* libuv's largest thread pool (UV_THREADPOOL_SIZE). */
 #define UVS__POOL_MAX 1024u
+/* The most groups a scheduler has (0.4). */
+#define UVS__GROUPS_MAX 16u
 
 /* Blocked producers are woken together once queued falls to this, rather
  * than one per started task (SPEC 0.4: a blocked call may go on waiting
@@ -69,22 +71,29 @@ unsigned long uvs__alloc_count(void);
 /* ---- queue.h: intrusive circular list ---------------------------------- */
 #include "queue.h"
 
-/* ---- timer.c: the wheel ------------------------------------------------ */
-/* Delayed tasks by due time (ms on the uv_hrtime() clock); tasks due at the
- * same ms expire in insertion order. All calls need the scheduler's lock. */
-typedef struct uvs__timers_s uvs__timers_t;
-int uvs__timers_init(uvs__timers_t** out, uint64_t now);
-void uvs__timers_free(uvs__timers_t* timers);
-void uvs__timers_insert(uvs__timers_t* timers, uvs_task_t* task);
-void uvs__timers_remove(uvs__timers_t* timers, uvs_task_t* task);
-/* The earliest time the structure needs expire(); UINT64_MAX if empty. */
-uint64_t uvs__timers_next(const uvs__timers_t* timers);
-/* Calls fire, in due order, for every task due at or before now, taking
- * each out of the structure first. */
-void uvs__timers_expire(uvs__timers_t* timers,
-                        uint64_t now,
-                        void (*fire)(void* ctx, uvs_task_t* task),
-                        void* ctx);
+/* ---- worker.c: groups (0.4) -------------------------------------------- */
+typedef struct uvs__group_s uvs__group_t;
+/* 0.4: a group of the scheduler's pool workers. Its lists, drains and
+ * vtime are under the lock; the stats are atomics that anyone may read. */
+struct uvs__group_s {
+  uvs__queue_t ready;      /* serial pool workers waiting for a drain */
+  uvs__queue_t wide_ready; /* wide workers wanting a lane */
+  unsigned shares;
+  unsigned cap;    /* max_concurrency, or the scheduler's cap */
+  unsigned drains; /* runners and lanes serving its workers, posted or not */
+  /* run_cb time per share so far: the group with the least is served
+   * first when groups wait for drains (uvs__ready_take). */
+  uint64_t vtime;
+  uint64_t nready;  /* atomic: workers on ready, and wide on wide_ready */
+  uint64_t running; /* atomic: drains of its workers running a batch */
+  uint64_t ran;     /* atomic */
+  uint64_t run_ns;  /* atomic */
+};
+static inline uvs__group_t* uvs__group_of(const uvs_worker_t* w) {
+  return &w->sched->groups[w->group];
+}
+
+#include "timer.h"
 
 /* ---- worker.c: the queue ---------------------------------------------- */
 /* A worker's queued tasks live in three places, oldest first: a drain's
@@ -396,40 +405,23 @@ typedef struct uvs__runner_s uvs__runner_t;
 int uvs__loop_init(uv_loop_t* loop, uvs_sched_t* sched);
 void uvs__loop_start(uvs_sched_t* sched);
 
-/* ---- timer.c: all of time --------------------------------------------- */
-/* Sets a delayed task's due time from t_call (ns) plus delay (ms), never
- * early: to the us for a one-shot task, to the ms for a periodic one.
- * t->period must be set. */
-void uvs__set_due(uvs_sched_t* sched,
-                  uvs_task_t* task,
-                  uint64_t t_call,
-                  uint64_t delay);
-/* Publishes uv_now() as the scheduler's uvs_now(). Loop thread. */
-void uvs__publish_now(uvs_sched_t* sched);
-/* Takes the delayed tasks due by now out of the wheel and their workers'
- * delayed lists onto due, through tnode, in due order, for
- * uvs__fall_due() (lock held). */
-void uvs__timers_due(uvs_sched_t* sched, uvs__queue_t* due);
-/* A manual clock's step towards target: to the next time something is
- * due, taking what is due then onto due as uvs__timers_due() does;
- * returns 0, with the clock at target, once nothing is due by then (lock
- * held, loop thread). */
-int uvs__clock_step(uvs_sched_t* sched, uint64_t target, uvs__queue_t* due);
-/* Arms the loop's uv_timer, with timer_cb, for the next due time, or stops
- * it (lock held, loop thread). */
-void uvs__rearm_timer(uvs_sched_t* sched, uv_timer_cb timer_cb);
-/* A periodic run stands for every grid point passed by the time it
- * starts. */
-void uvs__coalesce(uvs_task_t* task);
-/* After a periodic run (lock held): back on its grid, or handed back. */
-void uvs__finish_periodic(uvs_sched_t* sched,
-                          uvs_worker_t* worker,
-                          uvs_task_t* task);
-
 /* ---- loop.c: dispatch --------------------------------------------------- */
 /* Can the scheduler run one more drain (its cap, guarantee 12)? */
 static inline int uvs__room(const uvs_sched_t* s) {
   return s->drains < s->cap;
+}
+/* Does a serial pool worker of any group wait for a drain? Lock held. */
+static inline int uvs__pool_waiting(const uvs_sched_t* s) {
+  unsigned i;
+
+  for (i = 0; i < s->ngroups; i++)
+    if (!uvs__queue_empty(&s->groups[i].ready))
+      return 1;
+  return 0;
+}
+/* Can it run one more for a worker of g: its cap, and g's? */
+static inline int uvs__group_room(const uvs_sched_t* s, const uvs__group_t* g) {
+  return s->drains < s->cap && g->drains < g->cap;
 }
 /* ---- close.c ----------------------------------------------------------- */
 /* Completes the closes that can complete (loop thread, no lock held).
@@ -444,9 +436,10 @@ int uvs__finish_closes(uvs_sched_t* sched);
  * thread, no lock held. */
 void uvs__lane_turn(uvs__lane_t* lane);
 /* A runner (one uv_queue_work item): runs a turn of first, then of each
- * pool worker that is ready, oldest first, until none is or its time
- * slice has passed. Pool thread, no lock held. */
-void uvs__run_ready(uvs_sched_t* sched, uvs_worker_t* first);
+ * pool worker that is ready, as uvs__ready_take() orders them, until none
+ * is or its time slice has passed; *group is the group whose count it is
+ * in, which moves with it. Pool thread, no lock held. */
+void uvs__run_ready(uvs_sched_t* sched, uvs_worker_t* first, unsigned* group);
 /* A loop turn: one turn of each loop worker ready now, within one time
  * slice for all (default budget) or budget tasks each; those the slice
  * leaves out owe the next turn. Returns 0 if none was ready. Loop
@@ -464,6 +457,9 @@ static inline int uvs__cancelling(uvs_worker_t* w) {
 }
 
 /* ---- worker.c ---------------------------------------------------------- */
+/* A batch of n run_cbs of a pool worker took ns (lock held): the group's
+ * stats, and its share of the time when groups compete. */
+void uvs__group_ran(uvs_worker_t* worker, unsigned n, uint64_t ns);
 /* Pins a worker against its close completing while a caller on another
  * thread is inside the API; returns 0 or UV_ESHUTDOWN if it is closed. */
 int uvs__worker_enter(uvs_worker_t* worker);
@@ -481,12 +477,18 @@ int uvs__worker_init(uvs_sched_t* sched,
                      uvs_worker_t* worker,
                      uvs_where_t where,
                      const uvs_worker_options_t* options);
-/* The ready order: which ready pool worker a free drain serves next (lock
- * held), taken off the ready list and marked posted, or NULL if none is
- * ready or the next is one that the asking runner (epoch; 0 = a new
- * drain) has served already. dispatch() (loop.c) and a runner going on
- * to another worker (drain.c) both ask here. */
-uvs_worker_t* uvs__ready_take(uvs_sched_t* sched, uint64_t epoch);
+/* The ready order: which ready serial pool worker a free drain serves
+ * next (lock held), taken off its group's ready list and marked posted, or
+ * NULL. Groups with a worker waiting and room compete by the least run_cb
+ * time per share; within one, workers take turns in FIFO order. A new
+ * drain (epoch 0) takes a place in the chosen group's count, returned in
+ * *group; a runner going on (its epoch, its group in *group) stays in its
+ * group or moves its place to one with room, and gets NULL when the next
+ * worker is one it served already. dispatch() (loop.c) and a runner
+ * (drain.c) both ask here. */
+uvs_worker_t* uvs__ready_take(uvs_sched_t* sched,
+                              uint64_t epoch,
+                              unsigned* group);
 /* A producer moved the worker from idle to scheduled: list it as ready.
  * Lock held. */
 void uvs__worker_make_ready(uvs_worker_t* worker);
@@ -546,16 +548,6 @@ struct uvs__tls_s {
 extern UVS__TLS struct uvs__tls_s uvs__tls;
 
 #include "bound.h"
-
-/* ---- timer.c: delayed tasks ------------------------------------------- */
-/* A delayed task enters, or leaves, the wheel and its worker's delayed
- * list together (lock held). */
-void uvs__delay(uvs_worker_t* worker, uvs_task_t* task);
-void uvs__undelay(uvs_worker_t* worker, uvs_task_t* task);
-/* A periodic task that can't run at this grid point (its worker full, or
- * the run shed) goes back to the wheel for the next grid point after now,
- * handed back to nobody (lock held). */
-void uvs__skip_grid_point(uvs_worker_t* worker, uvs_task_t* task);
 
 /* ---- worker.c: the hand-back ------------------------------------------ */
 /* Ends the library's custody of a task that is linked nowhere: the

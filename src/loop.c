@@ -18,6 +18,7 @@ struct uvs__runner_s {
   uv_work_t work;
   uvs_sched_t* s;
   uvs_worker_t* first;
+  unsigned group;             /* whose count it is in: its worker's (0.4) */
   struct uvs__runner_s* next; /* on sched->runner_free */
 };
 
@@ -82,7 +83,7 @@ static void runner_work(uv_work_t* req) {
 
   r = uvs__container_of(req, uvs__runner_t, work);
   uvs__tls.pool = 1;
-  uvs__run_ready(r->s, r->first);
+  uvs__run_ready(r->s, r->first, &r->group);
 }
 
 
@@ -95,6 +96,7 @@ static void runner_done(uv_work_t* req, int status) {
   s = r->s;
   uv_mutex_lock(&s->lock);
   s->drains--;
+  s->groups[r->group].drains--;
   r->next = s->runner_free;
   s->runner_free = r;
   uv_mutex_unlock(&s->lock);
@@ -147,6 +149,7 @@ static void post_lane(uvs_sched_t* s, uvs_worker_t* w) {
   uvs__keys_seeking(w, 1);
   uvs__store_rel(&w->lanes_active, w->lanes_active + 1);
   s->drains++;
+  uvs__group_of(w)->drains++;
   s->stats.drains++;
   /* Posted once the lock is let go (post_owed): the pool thread it
    * wakes would otherwise find the lock held and sleep on it again. */
@@ -156,15 +159,18 @@ static void post_lane(uvs_sched_t* s, uvs_worker_t* w) {
 
 
 /* Takes a lane for each task of a listed wide worker that one could
- * start, as far as the width and the cap leave room. Returns 0 if the cap
- * left it wanting more: then it goes back to the head of list. Lock
- * held. */
+ * start, as far as the width and the caps (the scheduler's, its group's)
+ * leave room. Returns 0 if a cap left it wanting more: then it goes back
+ * to the head of list. Lock held. */
 static int serve_wide(uvs_sched_t* s, uvs_worker_t* w, uvs__queue_t* list) {
+  uvs__group_t* g;
   unsigned want;
   unsigned idle;
   int busy;
 
+  g = uvs__group_of(w);
   uvs__queue_remove(&w->ready_node);
+  uvs__store_rel(&g->nready, g->nready - 1);
   w->phase = UVS__P_IDLE;
   /* From here a producer lists it again; what came before is taken in
    * below. */
@@ -176,7 +182,7 @@ static int serve_wide(uvs_sched_t* s, uvs_worker_t* w, uvs__queue_t* list) {
   }
   busy = uvs__keys_intake(w) == UV_EAGAIN;
   want = uvs__keys_lanes_wanted(w);
-  while (want > 0 && uvs__room(s)) {
+  while (want > 0 && uvs__group_room(s, g)) {
     post_lane(s, w);
     want--;
   }
@@ -186,6 +192,7 @@ static int serve_wide(uvs_sched_t* s, uvs_worker_t* w, uvs__queue_t* list) {
                                     __ATOMIC_SEQ_CST, __ATOMIC_RELAXED)) {
       w->phase = UVS__P_READY;
       uvs__queue_unshift(list, &w->ready_node);
+      uvs__store_rel(&g->nready, g->nready + 1);
     }
     return 0;
   }
@@ -204,6 +211,7 @@ static void lane_ended(uvs__lane_t* lane) {
 
   w = lane->w;
   w->sched->drains--;
+  uvs__group_of(w)->drains--;
   lane->active = 0;
   if (lane->seeking) {
     lane->seeking = 0;
@@ -242,25 +250,32 @@ static void lane_work_done(uv_work_t* req, int status) {
 static void dispatch(uvs_sched_t* s) {
   uvs__queue_t wide;
   uvs__runner_t* r;
+  uvs__group_t* g;
   uvs_worker_t* w;
+  unsigned group;
+  unsigned i;
 
   /* Each listed wide worker once: one that lists itself again (it rings
    * for a dispatch) waits for the next call. */
-  uvs__queue_init(&wide);
-  uvs__queue_move(&s->wide_ready, &wide);
-  while (uvs__room(s) && !uvs__queue_empty(&wide)) {
-    w = uvs__container_of(wide.next, uvs_worker_t, ready_node);
-    if (!serve_wide(s, w, &wide))
-      break;
+  for (i = 0; i < s->ngroups && uvs__room(s); i++) {
+    g = &s->groups[i];
+    uvs__queue_init(&wide);
+    uvs__queue_move(&g->wide_ready, &wide);
+    while (uvs__group_room(s, g) && !uvs__queue_empty(&wide)) {
+      w = uvs__container_of(wide.next, uvs_worker_t, ready_node);
+      if (!serve_wide(s, w, &wide))
+        break;
+    }
+    uvs__queue_move(&g->wide_ready, &wide);
+    uvs__queue_move(&wide, &g->wide_ready);
   }
-  uvs__queue_move(&s->wide_ready, &wide);
-  uvs__queue_move(&wide, &s->wide_ready);
 
   while (uvs__room(s) && s->runner_free != NULL &&
-         (w = uvs__ready_take(s, 0)) != NULL) {
+         (w = uvs__ready_take(s, 0, &group)) != NULL) {
     r = s->runner_free;
     s->runner_free = r->next;
     r->first = w;
+    r->group = group;
     s->drains++;
     s->stats.drains++;
     r->next = s->runner_owed;

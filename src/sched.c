@@ -26,6 +26,53 @@ static int lock_init(uv_mutex_t* lock) {
 }
 
 
+/* The groups an init asks for (0.4): 0 or UV_EINVAL, nothing changed. */
+static int groups_valid(const uvs_sched_options_t* o) {
+  if (o == NULL)
+    return 0;
+  if (o->ngroups > UVS__GROUPS_MAX || (o->ngroups != 0 && o->groups == NULL))
+    return UV_EINVAL;
+  return 0;
+}
+
+
+/* The scheduler's groups, from the options: group 0 alone, with default
+ * options, when none are asked for. Their caps are set once the
+ * scheduler's is known (groups_cap). */
+static int groups_init(uvs_sched_t* s, const uvs_sched_options_t* o) {
+  const uvs_group_options_t* go;
+  uvs__group_t* g;
+  unsigned n;
+  unsigned i;
+
+  n = o != NULL && o->ngroups != 0 ? o->ngroups : 1;
+  s->groups = uvs__calloc(n, sizeof(*s->groups));
+  if (s->groups == NULL)
+    return UV_ENOMEM;
+  s->ngroups = n;
+  for (i = 0; i < n; i++) {
+    g = &s->groups[i];
+    go = o != NULL && o->ngroups != 0 ? &o->groups[i] : NULL;
+    uvs__queue_init(&g->ready);
+    uvs__queue_init(&g->wide_ready);
+    g->shares = go != NULL && go->shares != 0 ? go->shares : 100;
+    g->cap = go != NULL ? go->max_concurrency : 0;
+  }
+  return 0;
+}
+
+
+/* A group's max_concurrency of 0, or above the scheduler's cap, is the
+ * scheduler's cap. */
+static void groups_cap(uvs_sched_t* s) {
+  unsigned i;
+
+  for (i = 0; i < s->ngroups; i++)
+    if (s->groups[i].cap == 0 || s->groups[i].cap > s->cap)
+      s->groups[i].cap = s->cap;
+}
+
+
 int uvs_sched_init(uv_loop_t* loop,
                    uvs_sched_t* s,
                    const uvs_sched_options_t* options) {
@@ -33,6 +80,13 @@ int uvs_sched_init(uv_loop_t* loop,
 
   if (loop == NULL || s == NULL)
     return UV_EINVAL;
+  err = groups_valid(options);
+  if (err != 0)
+    return err;
+  /* Hooks (0.4) are not built yet: a hook asked for would never be
+   * called, so the init says so rather than accept it. */
+  if (options != NULL && options->hook != NULL)
+    return UV_ENOTSUP;
 
   /* Everything but the user's data field. */
   memset((char*) s + offsetof(uvs_sched_t, loop), 0,
@@ -47,9 +101,14 @@ int uvs_sched_init(uv_loop_t* loop,
     s->keep_alive = options->keep_alive != 0;
     s->linger_us = options->linger_us;
   }
-  err = uvs__timers_init(&s->timers, uvs__clock_ms(s));
+  err = groups_init(s, options);
   if (err != 0)
     return err;
+  err = uvs__timers_init(&s->timers, uvs__clock_ms(s));
+  if (err != 0) {
+    uvs__free(s->groups);
+    return err;
+  }
   err = uvs__post_init(s);
   if (err == 0) {
     err = lock_init(&s->lock);
@@ -69,18 +128,18 @@ int uvs_sched_init(uv_loop_t* loop,
   }
   if (err != 0) {
     uvs__timers_free(s->timers);
+    uvs__free(s->groups);
     return err;
   }
+  groups_cap(s);
 
   s->loop = loop;
   s->thread = uv_thread_self();
   uvs__queue_init(&s->workers);
   uvs__queue_init(&s->closing);
   uvs__queue_init(&s->closed);
-  uvs__queue_init(&s->ready);
   uvs__queue_init(&s->loop_ready);
   uvs__queue_init(&s->space);
-  uvs__queue_init(&s->wide_ready);
   uvs__queue_init(&s->soon);
   uvs__store_rel(&s->done_top, NULL);
   s->handles = 4;
@@ -213,6 +272,8 @@ int uvs__worker_init(uvs_sched_t* s,
       w->counting = w->max_pending != 0 || w->hists != NULL;
       w->key_max = o->key_max_pending;
       w->key_space_cb = o->key_space_cb;
+      /* Groups govern pool drains only (SPEC 0.4). */
+      w->group = where == UVS_POOL ? o->group : 0;
       if (o->max_wait_ms != 0)
         w->max_wait_us = o->max_wait_ms >= ((uint64_t) 1 << 31) / 1000
                              ? UINT32_MAX
@@ -265,5 +326,36 @@ int uvs_worker_init_ex(uvs_sched_t* s,
     return UV_EINVAL;
   if (o->max_pending != 0 && o->low_water >= o->max_pending)
     return UV_EINVAL;
+  /* Set at the scheduler's init, and read-only until its end. */
+  if (o->group >= s->ngroups)
+    return UV_EINVAL;
   return uvs__worker_init(s, w, where, o);
+}
+
+
+int uvs_group_stats(const uvs_sched_t* sched,
+                    unsigned group,
+                    uvs_group_stats_t* out) {
+  const uvs__group_t* g;
+  uvs_sched_t* s;
+  int err;
+
+  if (sched == NULL || out == NULL)
+    return UV_EINVAL;
+  s = (uvs_sched_t*) sched;
+  /* Pinned, as uvs_sched_stats is: a scheduler that finishes closing
+   * meanwhile frees its groups only once no caller is inside. */
+  uvs__add_sc(&s->inflight, 1);
+  err = UV_EINVAL;
+  if (__atomic_load_n(&s->state, __ATOMIC_SEQ_CST) != UVS__SS_CLOSED &&
+      group < s->ngroups) {
+    g = &s->groups[group];
+    out->running = uvs__load_acq(&g->running);
+    out->ready = uvs__load_acq(&g->nready);
+    out->ran = uvs__load_acq(&g->ran);
+    out->run_ns = uvs__load_acq(&g->run_ns);
+    err = 0;
+  }
+  uvs__sub_sc(&s->inflight, 1);
+  return err;
 }

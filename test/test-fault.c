@@ -294,8 +294,8 @@ TEST_IMPL(fault_alloc_points) {
   ASSERT_OK(uv_loop_init(&loop));
   before = uvs__alloc_count();
   ASSERT_OK(uvs_sched_init(&loop, &scheds2[0], NULL));
-  /* Its wheel, its post caches and its runners. */
-  ASSERT_EQ(uvs__alloc_count() - before, 3);
+  /* Its groups, its wheel, its post caches and its runners. */
+  ASSERT_EQ(uvs__alloc_count() - before, 4);
   NO_ALLOC(uvs_worker_init(&scheds2[0], &wks2[0][0], UVS_POOL));
   NO_ALLOC(uvs_worker_init(&scheds2[0], &wks2[0][1], UVS_LOOP));
   for (i = 0; i < 8; i++)
@@ -405,9 +405,9 @@ TEST_IMPL(fault_walk_calls) {
   for (k = 0; k < 1000; k++)
     if (!walk_calls(k))
       break;
-  /* Per scheduler its wheel, its post caches, its runners and 3 post
-   * chunks (150 posts, none run). */
-  ASSERT_EQ(k, 12);
+  /* Per scheduler its groups, its wheel, its post caches, its runners and
+   * 3 post chunks (150 posts, none run). */
+  ASSERT_EQ(k, 14);
   return 0;
 }
 

@@ -89,6 +89,7 @@ struct uvs__queue_s {
   uvs_task_t** batch; /* the running drain's slots, or NULL */                \
   unsigned batch_len;                                                         \
   unsigned phase;        /* idle, ready or posted */                          \
+  unsigned group;        /* its index in sched->groups (0.4) */               \
   uint64_t runner_epoch; /* the last runner that served it */                 \
   uint64_t nsched;       /* accepted: delayed, or moved out of the inbox */   \
   uint64_t nended;                                                            \
@@ -123,56 +124,58 @@ struct uvs__queue_s {
   struct uvs__queue_s space_node; /* on sched->space */                       \
   struct uvs__queue_s kready;     /* width > 1: tasks lanes may start */
 
-#define UVS_SCHED_PRIVATE_FIELDS                                               \
-  uv_async_t async;                                                            \
-  uv_timer_t timer;                                                            \
-  uv_idle_t idle;                                                              \
-  uv_check_t check; /* the poll phase, and the loop iteration, end */          \
-  uv_mutex_t lock;                                                             \
-  uv_cond_t room; /* with lock: uvs_schedule_wait callers, woken together */   \
-  uv_thread_t thread;                                                          \
-  uvs_sched_close_cb close_cb;                                                 \
-  struct uvs__queue_s workers;    /* open workers */                           \
-  struct uvs__queue_s closing;    /* workers being closed */                   \
-  struct uvs__queue_s closed;     /* closed while the scheduler closes */      \
-  struct uvs__queue_s ready;      /* pool workers waiting for a drain */       \
-  struct uvs__queue_s loop_ready; /* loop workers with work */                 \
-  struct uvs__queue_s space;      /* workers owed a space_cb */                \
-  struct uvs__queue_s wide_ready; /* wide workers wanting a lane */            \
-  struct uvs__queue_s soon;       /* out of the wheel, due later in this ms */ \
-  struct uvs__queue_s* done_top;  /* atomic: stack of handed-back tasks */     \
-  struct uvs__timers_s* timers;                                                \
-  void* post_free;      /* FIFO of chains of free post nodes */                \
-  void* post_free_last; /* its last chain, if post_free is not NULL */         \
-  void* post_chunks;                                                           \
-  void* post_local; /* loop thread only: its own free nodes */                 \
-  /* Free post nodes of each thread that posts from outside the loop, by       \
-   * its hazard slot: only that thread touches its entry. */                   \
-  void** post_cache;                                                           \
-  uint64_t timer_due;   /* what the uv_timer is armed for */                   \
-  uint64_t timer_asked; /* earliest due asked for since it was armed */        \
-  uint64_t now;         /* atomic */                                           \
-  uvs_stats_t stats;    /* closed workers' totals, drains, wakeups */          \
-  unsigned max_concurrency;                                                    \
-  unsigned budget;                                                             \
-  unsigned linger_us;                                                          \
-  unsigned drains;                                                             \
-  unsigned state;    /* atomic */                                              \
-  unsigned flags;    /* loop thread only */                                    \
-  unsigned owed;     /* atomic: what the loop owes, UVS__BELL_* */             \
-  unsigned inflight; /* atomic: callers inside the API on this scheduler */    \
-  unsigned handles;  /* libuv handles still open */                            \
-  int keep_alive;                                                              \
-  struct uvs__runner_s* runners;     /* cap of them, or 1024 at most */        \
-  struct uvs__runner_s* runner_free; /* those not posted */                    \
-  /* Loop thread: runners and lanes taken under the lock, to be posted         \
-   * with uv_queue_work once it is let go (newest first). */                   \
-  struct uvs__runner_s* runner_owed;                                           \
-  struct uvs__lane_s* lane_owed;                                               \
-  uint64_t runner_epoch; /* runs of runners so far */                          \
-  uv_idle_cb on_idle;    /* loop.c's idle callback, for uvs__ring() */         \
-  unsigned cap; /* most drains at once: max_concurrency or the pool */         \
-  int manual_clock;                                                            \
+#define UVS_SCHED_PRIVATE_FIELDS                                              \
+  uv_async_t async;                                                           \
+  uv_timer_t timer;                                                           \
+  uv_idle_t idle;                                                             \
+  uv_check_t check; /* the poll phase, and the loop iteration, end */         \
+  uv_mutex_t lock;                                                            \
+  uv_cond_t room; /* with lock: uvs_schedule_wait callers, woken together */  \
+  uv_thread_t thread;                                                         \
+  uvs_sched_close_cb close_cb;                                                \
+  struct uvs__queue_s workers;    /* open workers */                          \
+  struct uvs__queue_s closing;    /* workers being closed */                  \
+  struct uvs__queue_s closed;     /* closed while the scheduler closes */     \
+  struct uvs__queue_s loop_ready; /* loop workers with work */                \
+  struct uvs__queue_s space;      /* workers owed a space_cb */               \
+  /* 0.4: ngroups (at least 1) groups, each with its pool workers waiting     \
+   * for a drain and its wide workers wanting a lane. */                      \
+  struct uvs__group_s* groups;                                                \
+  unsigned ngroups;                                                           \
+  struct uvs__queue_s soon;      /* out of the wheel, due later in this ms */ \
+  struct uvs__queue_s* done_top; /* atomic: stack of handed-back tasks */     \
+  struct uvs__timers_s* timers;                                               \
+  void* post_free;      /* FIFO of chains of free post nodes */               \
+  void* post_free_last; /* its last chain, if post_free is not NULL */        \
+  void* post_chunks;                                                          \
+  void* post_local; /* loop thread only: its own free nodes */                \
+  /* Free post nodes of each thread that posts from outside the loop, by      \
+   * its hazard slot: only that thread touches its entry. */                  \
+  void** post_cache;                                                          \
+  uint64_t timer_due;   /* what the uv_timer is armed for */                  \
+  uint64_t timer_asked; /* earliest due asked for since it was armed */       \
+  uint64_t now;         /* atomic */                                          \
+  uvs_stats_t stats;    /* closed workers' totals, drains, wakeups */         \
+  unsigned max_concurrency;                                                   \
+  unsigned budget;                                                            \
+  unsigned linger_us;                                                         \
+  unsigned drains;                                                            \
+  unsigned state;    /* atomic */                                             \
+  unsigned flags;    /* loop thread only */                                   \
+  unsigned owed;     /* atomic: what the loop owes, UVS__BELL_* */            \
+  unsigned inflight; /* atomic: callers inside the API on this scheduler */   \
+  unsigned handles;  /* libuv handles still open */                           \
+  int keep_alive;                                                             \
+  struct uvs__runner_s* runners;     /* cap of them, or 1024 at most */       \
+  struct uvs__runner_s* runner_free; /* those not posted */                   \
+  /* Loop thread: runners and lanes taken under the lock, to be posted        \
+   * with uv_queue_work once it is let go (newest first). */                  \
+  struct uvs__runner_s* runner_owed;                                          \
+  struct uvs__lane_s* lane_owed;                                              \
+  uint64_t runner_epoch; /* runs of runners so far */                         \
+  uv_idle_cb on_idle;    /* loop.c's idle callback, for uvs__ring() */        \
+  unsigned cap; /* most drains at once: max_concurrency or the pool */        \
+  int manual_clock;                                                           \
   uint64_t manual_now; /* atomic: ms, with manual_clock */
 
 #endif /* UVSCHED_PRIVATE_H */
