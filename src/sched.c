@@ -240,6 +240,10 @@ int uvs__worker_init(uvs_sched_t* s,
   err = UV_ESHUTDOWN;
   if (__atomic_load_n(&s->state, __ATOMIC_SEQ_CST) != UVS__SS_OPEN)
     goto out;
+  /* The groups are read once the scheduler is known open and pinned. */
+  err = o != NULL && o->group >= s->ngroups ? UV_EINVAL : UV_ESHUTDOWN;
+  if (err == UV_EINVAL)
+    goto out;
   if (o != NULL && o->width > 1) {
     err = UV_ENOMEM;
     keys = uvs__keys_new(o->width);
@@ -325,9 +329,6 @@ int uvs_worker_init_ex(uvs_sched_t* s,
       o->on_full != UVS_FULL_DROP_OLDEST)
     return UV_EINVAL;
   if (o->max_pending != 0 && o->low_water >= o->max_pending)
-    return UV_EINVAL;
-  /* Set at the scheduler's init, and read-only until its end. */
-  if (o->group >= s->ngroups)
     return UV_EINVAL;
   return uvs__worker_init(s, w, where, o);
 }
