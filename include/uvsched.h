@@ -270,6 +270,10 @@ UVS_EXTERN int uvs_clock_advance(uvs_sched_t* sched, uint64_t ms);
 
 /* 0.3: re-arm a delayed task that has not fallen due (any thread, O(1)). */
 UVS_EXTERN int uvs_task_reschedule(uvs_task_t* task, uint64_t delay_ms);
+/* 0.4: suspend and resume a worker (any thread); a barrier on its queue. */
+UVS_EXTERN int uvs_worker_suspend(uvs_worker_t* worker);
+UVS_EXTERN int uvs_worker_resume(uvs_worker_t* worker);
+UVS_EXTERN int uvs_schedule_barrier(uvs_worker_t* worker, uvs_task_t* task);
 /* 0.3: the upper bound, in ns, of the bucket where the q-quantile falls,
  * capped at max_ns; 0 for an empty histogram or q outside [0, 1]. A bound,
  * not a value: quantiles that fall in the bucket of the max all answer
