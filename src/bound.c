@@ -366,7 +366,7 @@ int uvs__keys_admit(uvs_worker_t* w, uvs_task_t* t, uvs_task_t** evicted) {
   int was_full;
 
   *evicted = NULL;
-  if (t->key == 0)
+  if (uvs__task_key(t) == 0)
     return 0;
   k = w->keys;
   e = uvs__kt_lookup(k, t->key);
@@ -403,7 +403,7 @@ int uvs__keys_admit(uvs_worker_t* w, uvs_task_t* t, uvs_task_t** evicted) {
 void uvs__keys_unadmit(uvs_worker_t* w, uvs_task_t* t) {
   uvs__kent_t* e;
 
-  if (t->key == 0)
+  if (uvs__task_key(t) == 0)
     return;
   e = uvs__kt_lookup(w->keys, t->key);
   __atomic_fetch_sub(&e->queued, 1, __ATOMIC_SEQ_CST);
@@ -414,7 +414,7 @@ void uvs__keys_unadmit(uvs_worker_t* w, uvs_task_t* t) {
 int uvs__keys_reserve(uvs_worker_t* w, uvs_task_t* t) {
   uvs__kent_t* e;
 
-  if (t->key == 0)
+  if (uvs__task_key(t) == 0)
     return 0;
   e = uvs__kt_lookup(w->keys, t->key);
   if (e == NULL) {

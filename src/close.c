@@ -1,5 +1,5 @@
-/* Closes: of a worker and of a scheduler, from the call that starts one to
- * the callbacks that end it.
+/* Suspends, resumes and closes: of a worker (and of a scheduler), from
+ * the call that starts a close to the callbacks that end it.
  *
  * A close starts under the lock (uvs_worker_close, uvs_sched_close): the
  * worker is marked closing, so that schedules answer UV_ESHUTDOWN, blocked
@@ -111,6 +111,7 @@ static void close_locked(uvs_worker_t* w,
   }
   if (how == UVS_CANCEL)
     sweep(w);
+  uvs__unpark(w); /* a close ends a suspension */
 
   /* The loop completes the close when it looks (uvs__undelay rang for the
    * timer if the last delayed task went). */
@@ -162,6 +163,52 @@ int uvs_worker_close(uvs_worker_t* w,
 out:
   uvs__worker_leave(w);
   return err;
+}
+
+
+/* Raises (by 1) or lowers (by -1) w's suspend count: at 1 the worker
+ * starts no task (drain.c stops before the next, worker.c parks it
+ * instead of listing it); back at 0 a parked worker is listed again. */
+static int suspend(uvs_worker_t* w, int by) {
+  uvs_sched_t* s;
+  int pinned;
+  int err;
+
+  if (w == NULL)
+    return UV_EINVAL;
+  err = uvs__worker_pin(w, &pinned);
+  if (err != 0)
+    return err;
+  s = w->sched;
+  uv_mutex_lock(&s->lock);
+  if (uvs__shut(s, w))
+    err = UV_ESHUTDOWN;
+  else if (by < 0 ? w->nsuspend == 0 : w->nsuspend == UINT32_MAX)
+    err = UV_EINVAL;
+  if (err == 0) {
+    w->nsuspend += (unsigned) by;
+    if (w->nsuspend == 1 && by > 0)
+      __atomic_store_n(&w->flags, w->flags | UVS__WF_SUSPENDED,
+                       __ATOMIC_SEQ_CST);
+    if (w->nsuspend == 0) {
+      __atomic_store_n(&w->flags, w->flags & ~UVS__WF_SUSPENDED,
+                       __ATOMIC_SEQ_CST);
+      uvs__unpark(w); /* guarantee 12 from now */
+    }
+  }
+  uv_mutex_unlock(&s->lock);
+  uvs__worker_unpin(w, pinned);
+  return err;
+}
+
+
+int uvs_worker_suspend(uvs_worker_t* w) {
+  return suspend(w, 1);
+}
+
+
+int uvs_worker_resume(uvs_worker_t* w) {
+  return suspend(w, -1);
 }
 
 

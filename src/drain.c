@@ -51,10 +51,12 @@ static inline __attribute__((always_inline)) void run_one(uvs_sched_t* s,
     uvs__bump(c.ran);
     if (!(st & UVS__T_POST))
       uvs__store_rel(&t->state, UVS__T_FINISHED);
+    uvs__hook(s, w, (st & UVS__T_POST) ? NULL : t, UVS_EV_STARTED, 0);
     uvs__tls.current = t;
     uvs__tls.rescheduled = 0;
     t->run_cb(t);
     uvs__tls.current = NULL;
+    uvs__hook(s, w, NULL, UVS_EV_ENDED, 0); /* run_cb may have freed it */
     uvs__bump(c.ended);
     if (st & UVS__T_POST)
       uvs__queue_push(posts, &t->node);
@@ -63,11 +65,15 @@ static inline __attribute__((always_inline)) void run_one(uvs_sched_t* s,
 
   if (st & UVS__T_PERIODIC)
     uvs__coalesce(t);
+  uvs__hook(s, w, t, UVS_EV_STARTED, 0);
   uvs__tls.current = t;
   uvs__tls.rescheduled = 0;
   t->run_cb(t);
   rescheduled = uvs__tls.rescheduled;
   uvs__tls.current = NULL;
+  /* Before the run ends (uvs__end_run): a hand-back the run defers comes
+   * after this. */
+  uvs__hook(s, w, t, UVS_EV_ENDED, 0);
   uvs__bump(c.ran);
 
   if (rescheduled) {
@@ -193,7 +199,7 @@ static unsigned fill(uvs_worker_t* w,
       uvs__keys_seeking(w, -1);
     }
     uvs__keys_intake(w);
-    t = uvs__keys_pick(w, &lane->kent);
+    t = uvs__keys_pick(w, lane);
     if (t == NULL)
       return 0;
     put_slot(slots, 0, t);
@@ -286,6 +292,12 @@ static unsigned run_batch(turn_t* tn, uvs_task_t** slots, unsigned n) {
     /* No task starts once the slice has passed (a lane looked before it
      * picked its first). */
     if ((tn->lane == NULL || i > 0) && tn->check && uvs__slice_over(tn->sl)) {
+      tn->over = 1;
+      break;
+    }
+    /* A suspension starts no further task (the first was taken under the
+     * lock, after turn() looked). */
+    if (i > 0 && uvs__suspended(w)) {
       tn->over = 1;
       break;
     }
@@ -388,6 +400,8 @@ static unsigned turn(uvs_worker_t* w,
       break;
     if ((w->flags & UVS__WF_CLOSING) && !(w->flags & UVS__WF_DRAIN))
       break; /* late arrivals don't run: the loop sweeps them (close.c) */
+    if (uvs__suspended(w))
+      break; /* turn_ended parks it */
     /* A lane looks at its slice before it picks, not after: a picked task
      * has left its key's count (keys.c), and one put back would count in
      * again after a producer may have filled the room it seemed to make. */
@@ -413,8 +427,8 @@ static unsigned turn(uvs_worker_t* w,
       put_back(w, slots, i, n);
     /* The key's next task joins the tail of kready, unless the batch's
      * head went back unstarted. */
-    if (lane != NULL && i > 0 && lane->kent != NULL)
-      uvs__keys_release(w, lane->kent);
+    if (lane != NULL && i > 0)
+      uvs__keys_batch_done(w, lane);
     *tn.batch = NULL;
     *tn.batch_len = 0;
   }

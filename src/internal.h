@@ -66,6 +66,7 @@ void uvs__alloc_fail_after(long n);
 void uvs__alloc_fail_all(int on);
 unsigned long uvs__alloc_count(void);
 
+#include "hook.h"
 #include "slice.h"
 
 /* ---- queue.h: intrusive circular list ---------------------------------- */
@@ -158,7 +159,8 @@ enum {
   UVS__T_PERIODIC = 0x10,  /* scheduled with uvs_schedule_every */
   UVS__T_CANCELLED = 0x20, /* a periodic task was cancelled while running */
   UVS__T_POST = 0x40,      /* library-owned node of uvs_post */
-  UVS__T_DEFERRED = 0x80   /* handed back while a run_cb of it executes */
+  UVS__T_DEFERRED = 0x80,  /* handed back while a run_cb of it executes */
+  UVS__T_BARRIER = 0x100   /* a barrier on a wide worker (keys.c) */
 };
 /* The high half counts run_cbs of the task still executing after the task
  * was scheduled again from inside one of them (a one-shot may do that, and
@@ -188,17 +190,19 @@ enum { UVS__WS_IDLE = 0, UVS__WS_SCHEDULED = 1 };
 
 /* worker->phase (under the lock) */
 enum {
-  UVS__P_IDLE = 0,  /* not on a ready list, no drain */
-  UVS__P_READY = 1, /* on sched->ready or sched->loop_ready */
-  UVS__P_POSTED = 2 /* a pool drain is posted or running, or a loop turn */
+  UVS__P_IDLE = 0,   /* not on a ready list, no drain */
+  UVS__P_READY = 1,  /* on sched->ready or sched->loop_ready */
+  UVS__P_POSTED = 2, /* a pool drain is posted or running, or a loop turn */
+  UVS__P_PARKED = 3  /* suspended with work: listed when resumed */
 };
 
 /* worker->flags (stores under the lock, loads anywhere) */
 enum {
   UVS__WF_CLOSING = 1,
-  UVS__WF_DRAIN = 2,    /* closing with UVS_DRAIN */
-  UVS__WF_BY_SCHED = 4, /* only its scheduler's close is closing it */
-  UVS__WF_CB_OWED = 8   /* asked for after it closed: call close_cb */
+  UVS__WF_DRAIN = 2,     /* closing with UVS_DRAIN */
+  UVS__WF_BY_SCHED = 4,  /* only its scheduler's close is closing it */
+  UVS__WF_CB_OWED = 8,   /* asked for after it closed: call close_cb */
+  UVS__WF_SUSPENDED = 16 /* its suspend count is above 0 (close.c) */
 };
 
 /* worker->closed (atomic): schedules answer UV_ESHUTDOWN from OPEN on. */
@@ -375,6 +379,7 @@ enum {
   UVS__BELL_TIMER = 8,    /* the wheel changed: arm the uv_timer anew */
   UVS__BELL_SPACE = 16,   /* space callbacks are owed, on sched->space */
   UVS__BELL_CLOSE = 32,   /* a close may move on */
+  UVS__BELL_PARKED = 64,  /* sched->parked changed: hold the loop or not */
   /* Not a reason: the loop is settling and will look at owed again before
    * it stops, so a ring from another thread need not wake it. */
   UVS__BELL_SETTLING = 1 << 30
@@ -456,6 +461,14 @@ static inline int uvs__cancelling(uvs_worker_t* w) {
          UVS__WF_CLOSING;
 }
 
+/* Does a suspension keep w's tasks from starting? Not once it closes. */
+static inline int uvs__suspended(uvs_worker_t* w) {
+  return __builtin_expect(
+      (uvs__load_acq(&w->flags) & (UVS__WF_SUSPENDED | UVS__WF_CLOSING)) ==
+          UVS__WF_SUSPENDED,
+      0);
+}
+
 /* ---- worker.c ---------------------------------------------------------- */
 /* A batch of n run_cbs of a pool worker took ns (lock held): the group's
  * stats, and its share of the time when groups compete. */
@@ -503,6 +516,8 @@ void uvs__worker_file(uvs_worker_t* worker, uvs_task_t* task);
 /* A turn of the worker ended (lock held, any thread): idle, or ready
  * again at the tail of its list. */
 void uvs__turn_ended(uvs_worker_t* worker);
+/* Its suspension ended (lock held): a parked worker is listed again. */
+void uvs__unpark(uvs_worker_t* worker);
 /* The sum of a counter of a wide worker's lanes, at offset off in each
  * (metrics.c, as are the next two). */
 uint64_t uvs__lanes_sum(uvs_worker_t* worker, size_t off);

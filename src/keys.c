@@ -75,7 +75,15 @@ int uvs__keys_started(uvs_worker_t* w, uvs__kent_t* e) {
  * that a cancel that unlinks it knows to count it out, and intake's window
  * never shrinks under tasks cancelled from it. */
 static void ready_push(uvs_worker_t* w, uvs_task_t* t) {
-  uvs__queue_push(&w->kready, &t->node);
+  uvs_task_t* b;
+
+  /* A barrier waiting in kready stays its last: what joins now (the next
+   * task of a key, which came before it) goes ahead of it. */
+  b = w->keys->barrier;
+  if (b != NULL && w->keys->fence_lane == NULL && b != t)
+    uvs__queue_push(&b->node, &t->node);
+  else
+    uvs__queue_push(&w->kready, &t->node);
   uvs__task_set_kready(t, &w->kready);
   w->keys->nready++;
 }
@@ -117,10 +125,14 @@ int uvs__keys_intake(uvs_worker_t* w) {
      * entry per key queued, each a cache miss to find. */
     if (k->nready >= INTAKE_AHEAD)
       return 0;
+    if (k->barrier != NULL)
+      return 0; /* what comes after a barrier waits in the inbox */
     t = uvs__inbox_take(w, 1);
     if (t == NULL)
       return uvs__inbox_nonempty(w) ? UV_EAGAIN : 0;
-    if (t->key == 0) {
+    if (uvs__task_key(t) == 0) {
+      if (__atomic_load_n(&t->state, __ATOMIC_RELAXED) & UVS__T_BARRIER)
+        k->barrier = t;
       ready_push(w, t);
       continue;
     }
@@ -142,20 +154,42 @@ int uvs__keys_intake(uvs_worker_t* w) {
 }
 
 
-uvs_task_t* uvs__keys_pick(uvs_worker_t* w, uvs__kent_t** ent) {
-  uvs__queue_t* q;
+/* Has every task that came before w's barrier returned or gone? It is
+ * kready's last, so once it is its head nothing earlier waits there or
+ * behind a key (a key's waiting tasks sit behind a head in kready or in a
+ * batch); none runs once no lane holds a batch. Lock held. */
+static int fence_clear(uvs_worker_t* w) {
+  unsigned i;
+
+  if (w->kready.next != &w->keys->barrier->node)
+    return 0;
+  for (i = 0; i < w->width; i++)
+    if (w->keys->lanes[i].batch != NULL)
+      return 0;
+  return 1;
+}
+
+
+uvs_task_t* uvs__keys_pick(uvs_worker_t* w, uvs__lane_t* lane) {
+  uvs__kent_t* e;
   uvs_task_t* t;
 
-  q = uvs__queue_shift(&w->kready);
-  if (q == NULL)
+  lane->kent = NULL;
+  if (uvs__queue_empty(&w->kready))
     return NULL;
-  t = uvs__container_of(q, uvs_task_t, node);
+  t = uvs__container_of(w->kready.next, uvs_task_t, node);
+  if (t == w->keys->barrier) {
+    if (!fence_clear(w))
+      return NULL; /* the lane that ends the last earlier batch picks it */
+    w->keys->fence_lane = lane;
+  }
+  uvs__queue_remove(&t->node);
   ready_taken(w, t);
-  *ent = NULL;
-  if (t->key != 0) {
-    *ent = uvs__task_kent(t);
-    (*ent)->taken = 1;
-    count_out(w, *ent);
+  if (uvs__task_key(t) != 0) {
+    e = uvs__task_kent(t);
+    e->taken = 1;
+    count_out(w, e);
+    lane->kent = e;
   }
   return t;
 }
@@ -164,7 +198,7 @@ uvs_task_t* uvs__keys_pick(uvs_worker_t* w, uvs__kent_t** ent) {
 void uvs__keys_unpick(uvs_worker_t* w, uvs_task_t* t) {
   uvs__kent_t* e;
 
-  if (t->key != 0) {
+  if (uvs__task_key(t) != 0) {
     e = uvs__kt_lookup(w->keys, t->key);
     if (e->head != t) {
       uvs__queue_unshift(&e->q, &t->node); /* from a key's run */
@@ -186,7 +220,7 @@ uvs_task_t* uvs__keys_next_of(uvs__kent_t* e) {
 }
 
 
-void uvs__keys_release(uvs_worker_t* w, uvs__kent_t* e) {
+static void release(uvs_worker_t* w, uvs__kent_t* e) {
   uvs__queue_t* q;
 
   q = uvs__queue_shift(&e->q);
@@ -201,12 +235,47 @@ void uvs__keys_release(uvs_worker_t* w, uvs__kent_t* e) {
 }
 
 
+/* w's barrier ran, or left unrun: what waited behind it goes on. Tasks
+ * filed meanwhile (per-key bounds) are filed now, in order, as far as the
+ * next barrier; intake takes the inbox in again. Lock held. */
+static void fence_done(uvs_worker_t* w) {
+  uvs__queue_t held;
+  uvs__queue_t* q;
+  unsigned idle;
+
+  w->keys->barrier = NULL;
+  w->keys->fence_lane = NULL;
+  uvs__queue_init(&held);
+  uvs__queue_move(&w->keys->held, &held);
+  while ((q = uvs__queue_shift(&held)) != NULL)
+    uvs__keys_file(w, uvs__container_of(q, uvs_task_t, node));
+  /* Lanes for what may start now, as a producer's push would ask. */
+  idle = UVS__WS_IDLE;
+  if (uvs__worker_nonempty(w) &&
+      __atomic_compare_exchange_n(&w->state, &idle, UVS__WS_SCHEDULED, 0,
+                                  __ATOMIC_SEQ_CST, __ATOMIC_RELAXED))
+    uvs__worker_make_ready(w);
+}
+
+
+void uvs__keys_batch_done(uvs_worker_t* w, uvs__lane_t* lane) {
+  if (lane->kent != NULL)
+    release(w, lane->kent);
+  else if (w->keys->fence_lane == lane)
+    fence_done(w);
+}
+
+
 void uvs__keys_unlinked(uvs_worker_t* w, uvs_task_t* t) {
   uvs__kent_t* e;
 
   if (uvs__task_in_kready(t, &w->kready))
     ready_taken(w, t); /* a cancel unlinked it from kready */
-  if (t->key == 0)
+  /* A barrier taken out of kready; one a lane picked is the lane's to
+   * end (uvs__keys_batch_done). */
+  if (t == w->keys->barrier && w->keys->fence_lane == NULL)
+    fence_done(w);
+  if (uvs__task_key(t) == 0)
     return;
   /* The key's next task leaves kready. A head a lane took (and the rest
    * of its key's run) is the lane's to release when its batch ends, even
@@ -221,7 +290,7 @@ void uvs__keys_unlinked(uvs_worker_t* w, uvs_task_t* t) {
   if (!(e->head == t && e->taken))
     count_out(w, e);
   if (e->head == t && !e->taken)
-    uvs__keys_release(w, e);
+    release(w, e);
   else
     uvs__kt_maybe_del(w->keys, e);
 }
@@ -238,6 +307,9 @@ uvs_task_t* uvs__keys_oldest(uvs_worker_t* w) {
     for (e = w->keys->buckets[i]; e != NULL; e = e->next)
       if (!uvs__queue_empty(&e->q))
         return uvs__container_of(e->q.next, uvs_task_t, node);
+  /* Tasks filed behind a barrier that a lane runs. */
+  if (!uvs__queue_empty(&w->keys->held))
+    return uvs__container_of(w->keys->held.next, uvs_task_t, node);
   return NULL;
 }
 
@@ -253,7 +325,8 @@ unsigned uvs__keys_lanes_wanted(uvs_worker_t* w) {
   n = 0;
   for (q = w->kready.next; q != &w->kready && n < room + k->seeking;
        q = q->next)
-    n++;
+    if (k->barrier == NULL || q != &k->barrier->node || fence_clear(w))
+      n++; /* a barrier wants a lane once it may start */
   return n > k->seeking ? n - k->seeking : 0;
 }
 
@@ -300,7 +373,13 @@ uvs_task_t* uvs__keys_oldest_of(uvs_worker_t* w, uvs__kent_t* e) {
 void uvs__keys_file(uvs_worker_t* w, uvs_task_t* t) {
   uvs__kent_t* e;
 
-  if (t->key != 0) {
+  if (w->keys->barrier != NULL) {
+    uvs__queue_push(&w->keys->held, &t->node); /* after the barrier */
+    return;
+  }
+  if (__atomic_load_n(&t->state, __ATOMIC_RELAXED) & UVS__T_BARRIER)
+    w->keys->barrier = t;
+  if (uvs__task_key(t) != 0) {
     e = uvs__kt_lookup(w->keys, t->key);
     if (e->head != NULL) {
       uvs__queue_push(&e->q, &t->node);

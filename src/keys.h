@@ -3,6 +3,13 @@
  * Included by internal.h only, at its place in the layer order. */
 
 /* ---- keys.c: width > 1 and keys --------------------------------------- */
+/* The key a wide worker files t under: a barrier (0.4) belongs to none,
+ * and its own key field stays as the user set it. */
+static inline uint64_t uvs__task_key(const uvs_task_t* t) {
+  return (__atomic_load_n(&t->state, __ATOMIC_RELAXED) & UVS__T_BARRIER)
+             ? 0
+             : t->key;
+}
 typedef struct uvs__keys_s uvs__keys_t;
 typedef struct uvs__kent_s uvs__kent_t;
 /* One of a wide worker's drains. */
@@ -39,8 +46,12 @@ uvs__lane_t* uvs__keys_lane(uvs_worker_t* w, unsigned i);
  * UV_ENOMEM if a key's entry can't be had (the rest stays queued for a
  * later try). */
 int uvs__keys_intake(uvs_worker_t* w);
-/* The next task a lane may start, and its key's entry (NULL: no key). */
-uvs_task_t* uvs__keys_pick(uvs_worker_t* w, uvs__kent_t** ent);
+/* The next task a lane may start, and its key's entry in lane->kent
+ * (NULL: no key). A barrier is picked only once nothing else of w runs. */
+uvs_task_t* uvs__keys_pick(uvs_worker_t* w, uvs__lane_t* lane);
+/* A lane's batch is over (it started at least its first slot): its key's
+ * next task joins kready, or, after a barrier, what waited behind it. */
+void uvs__keys_batch_done(uvs_worker_t* w, uvs__lane_t* lane);
 /* A picked task that did not start goes back: a key's head to the head of
  * kready, the rest of its key's run to the head of the key's queue. */
 void uvs__keys_unpick(uvs_worker_t* w, uvs_task_t* t);
@@ -49,9 +60,6 @@ void uvs__keys_unpick(uvs_worker_t* w, uvs_task_t* t);
  * run). Only without per-key bounds, which count a task out as it is
  * picked. */
 uvs_task_t* uvs__keys_next_of(uvs__kent_t* e);
-/* The task of an entry ran or was cancelled: its key's next task joins
- * kready, or the entry goes. */
-void uvs__keys_release(uvs_worker_t* w, uvs__kent_t* e);
 /* A queued task was taken out (cancel, eviction): releases its key if it
  * was its key's next. Call before the task is handed back. */
 void uvs__keys_unlinked(uvs_worker_t* w, uvs_task_t* t);

@@ -65,6 +65,7 @@ uvs__keys_t* uvs__keys_new(unsigned width) {
   k->nbuckets = nsmall;
   k->shift = shift;
   uvs__queue_init(&k->owed);
+  uvs__queue_init(&k->held);
   free_list_reset(k);
   return k;
 }

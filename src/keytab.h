@@ -50,6 +50,12 @@ struct uvs__keys_s {
    * what happened since the last uvs__keys_news(). */
   uvs__queue_t owed;
   unsigned news;
+  /* 0.4: the oldest barrier taken in, or NULL: at kready's tail until a
+   * lane may pick it, then in that lane's batch (fence_lane). Intake
+   * stops behind it, and tasks filed behind it wait on held. */
+  uvs_task_t* barrier;
+  uvs__lane_t* fence_lane;
+  uvs__queue_t held;
   uvs__kent_t* free;
   kchunk_t* extra; /* fallback chunks, freed when no key is active */
   /* In the same block, after the lanes: */

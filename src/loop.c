@@ -180,6 +180,10 @@ static int serve_wide(uvs_sched_t* s, uvs_worker_t* w, uvs__queue_t* list) {
                                     * sweeps them */
     return 1;
   }
+  if (uvs__suspended(w)) {
+    want_lanes(w); /* parks it, as listed before the suspend came */
+    return 1;
+  }
   busy = uvs__keys_intake(w) == UV_EAGAIN;
   want = uvs__keys_lanes_wanted(w);
   while (want > 0 && uvs__group_room(s, g)) {
@@ -440,9 +444,10 @@ static void settle(uvs_sched_t* s, unsigned why) {
   else
     uv_idle_stop(&s->idle);
   /* Pending work keeps the loop alive through its own handles and requests
-   * (timer, idle, uv_work); the async handle only keeps it alive on request
-   * or while closing. */
-  if (s->keep_alive || uvs__load_rlx(&s->state) == UVS__SS_CLOSING)
+   * (timer, idle, uv_work); the async handle only keeps it alive on
+   * request, while closing, or while suspended workers hold work. */
+  if (s->keep_alive || uvs__load_rlx(&s->state) == UVS__SS_CLOSING ||
+      uvs__load_acq(&s->parked) != 0)
     uv_ref((uv_handle_t*) &s->async);
   else
     uv_unref((uv_handle_t*) &s->async);

@@ -128,6 +128,7 @@ int uvs_worker_metrics(const uvs_worker_t* worker, uvs_worker_metrics_t* out) {
   out->cancelled = w->ncancelled - w->ndropped - (w->nexpired - w->nskipped);
   out->rejected = load64(&w->nrejected);
   out->delayed = w->ndelayed;
+  out->suspended = w->nsuspend; /* kept after a close, as the SPEC asks */
   if (w->counting)
     out->running = __atomic_load_n(&w->running, __ATOMIC_RELAXED);
   else if (open)

@@ -83,10 +83,6 @@ int uvs_sched_init(uv_loop_t* loop,
   err = groups_valid(options);
   if (err != 0)
     return err;
-  /* Hooks (0.4) are not built yet: a hook asked for would never be
-   * called, so the init says so rather than accept it. */
-  if (options != NULL && options->hook != NULL)
-    return UV_ENOTSUP;
 
   /* Everything but the user's data field. */
   memset((char*) s + offsetof(uvs_sched_t, loop), 0,
@@ -100,6 +96,8 @@ int uvs_sched_init(uv_loop_t* loop,
     s->max_concurrency = options->max_concurrency;
     s->keep_alive = options->keep_alive != 0;
     s->linger_us = options->linger_us;
+    s->hook = options->hook;
+    s->hook_arg = options->hook_arg;
   }
   err = groups_init(s, options);
   if (err != 0)

@@ -143,6 +143,14 @@ static int accept_filed(uvs_worker_t* w,
       unclaim(t, claimed, prev);
     return err;
   }
+  if (s->hook != NULL) {
+    /* Accepted: the hook hears it without the lock, before a lane can
+     * start the task. A close that begins meanwhile sweeps it up after
+     * this call leaves (close.c), as it does a late arrival. */
+    uv_mutex_unlock(&s->lock);
+    uvs__hook(s, w, (flags & UVS__T_POST) ? NULL : t, UVS_EV_ACCEPTED, 0);
+    uv_mutex_lock(&s->lock);
+  }
   uvs__mark_ready(w, t);
   uvs__store_rel(&t->worker, w);
   t->period = 0;
@@ -177,6 +185,9 @@ static int accept_now(uvs_worker_t* w,
       return err;
   }
   uvs__task_set_result(t, 0);
+  /* A barrier belongs to no key from here on (uvs__task_key). */
+  if (flags & UVS__T_BARRIER)
+    __atomic_fetch_or(&t->state, UVS__T_BARRIER, __ATOMIC_RELAXED);
   /* keys before key_max: a plain worker's schedule reads only the first
    * 64 bytes of it (private.h). */
   if (w->keys != NULL && w->key_max != 0) {
@@ -195,6 +206,7 @@ static int accept_now(uvs_worker_t* w,
       return err;
     }
   }
+  uvs__hook(w->sched, w, (flags & UVS__T_POST) ? NULL : t, UVS_EV_ACCEPTED, 0);
   uvs__mark_ready(w, t);
   /* The worker (release) after the claim, the state (release) last: a cancel
    * that sees this worker sees the claim, and one that sees the state sees
@@ -231,19 +243,34 @@ static int accept_later(uvs_worker_t* w,
   /* Checked again under the lock: a close holds it while it cancels the
    * worker's delayed tasks, so none can slip in behind it. */
   if (uvs__shut(s, w)) {
+    uv_mutex_unlock(&s->lock);
     unclaim(t, claimed, prev);
-    err = UV_ESHUTDOWN;
-  } else {
-    uvs__store_rel(&t->worker, w);
-    t->period = period_ms;
-    uvs__set_due(s, t, t_call, delay_ms);
-    publish(t, claimed,
-            (period_ms != 0 ? UVS__T_PERIODIC : 0) | UVS__T_DELAYED);
-    uvs__delay(w, t);
-    w->nsched++;
+    return UV_ESHUTDOWN;
   }
+  uvs__store_rel(&t->worker, w);
+  t->period = period_ms;
+  if (s->hook != NULL) {
+    /* Accepted: the hook hears it without the lock, before the task can
+     * fall due. A close that began meanwhile has cancelled the worker's
+     * delayed tasks already: this one is handed back as they were. */
+    uv_mutex_unlock(&s->lock);
+    uvs__hook(s, w, t, UVS_EV_ACCEPTED, 0);
+    uv_mutex_lock(&s->lock);
+    if (uvs__shut(s, w)) {
+      publish(t, claimed,
+              (period_ms != 0 ? UVS__T_PERIODIC : 0) | UVS__T_DELAYED);
+      w->nsched++;
+      uvs__drop(s, t, UV_ECANCELED);
+      uv_mutex_unlock(&s->lock);
+      return 0;
+    }
+  }
+  uvs__set_due(s, t, t_call, delay_ms);
+  publish(t, claimed, (period_ms != 0 ? UVS__T_PERIODIC : 0) | UVS__T_DELAYED);
+  uvs__delay(w, t);
+  w->nsched++;
   uv_mutex_unlock(&s->lock);
-  return err;
+  return 0;
 }
 
 
@@ -255,7 +282,8 @@ static int schedule(uvs_worker_t* w,
                     int delayed,
                     uint64_t delay_ms,
                     uint64_t period_ms,
-                    int count) {
+                    int count,
+                    int barrier) {
   uvs_sched_t* s;
   uint64_t t_call;
   int foreign;
@@ -276,7 +304,8 @@ static int schedule(uvs_worker_t* w,
   else if (delayed)
     err = accept_later(w, t, t_call, delay_ms, period_ms);
   else
-    err = accept_now(w, t, 0, count);
+    err = accept_now(w, t, barrier && w->keys != NULL ? UVS__T_BARRIER : 0,
+                     count);
   uvs__worker_unpin(w, foreign);
   return err;
 }
@@ -290,14 +319,21 @@ int uvs__schedule_node(uvs_worker_t* w, uvs_task_t* t) {
 
 
 int uvs_schedule(uvs_worker_t* worker, uvs_task_t* task) {
-  return schedule(worker, task, 0, 0, 0, 1);
+  return schedule(worker, task, 0, 0, 0, 1, 0);
+}
+
+
+/* A barrier on a serial worker is an ordinary task: its worker runs one
+ * task at a time already. On a wide one, keys.c holds back what follows. */
+int uvs_schedule_barrier(uvs_worker_t* worker, uvs_task_t* task) {
+  return schedule(worker, task, 0, 0, 0, 1, 1);
 }
 
 
 int uvs_schedule_after(uvs_worker_t* worker,
                        uvs_task_t* task,
                        uint64_t delay_ms) {
-  return schedule(worker, task, 1, delay_ms, 0, 1);
+  return schedule(worker, task, 1, delay_ms, 0, 1, 0);
 }
 
 
@@ -309,7 +345,7 @@ int uvs_schedule_every(uvs_worker_t* worker,
     return UV_EINVAL;
   if (task != NULL && task->done_cb == NULL)
     return UV_EINVAL;
-  return schedule(worker, task, 1, delay_ms, period_ms, 1);
+  return schedule(worker, task, 1, delay_ms, period_ms, 1, 0);
 }
 
 
@@ -321,7 +357,7 @@ int uvs_schedule_wait(uvs_worker_t* w, uvs_task_t* t, uint64_t timeout_ms) {
   int err;
 
   now = uv_hrtime();
-  err = schedule(w, t, 0, 0, 0, 0);
+  err = schedule(w, t, 0, 0, 0, 0, 0);
   if (err != UV_EAGAIN)
     return err;
   /* Pinned until it returns: a close wakes it, then waits for it to
@@ -339,7 +375,7 @@ int uvs_schedule_wait(uvs_worker_t* w, uvs_task_t* t, uint64_t timeout_ms) {
     while (err == UV_EAGAIN) {
       err = uvs__wait_room(w, &waiter, t->key, deadline);
       if (err == 0)
-        err = schedule(w, t, 0, 0, 0, 0);
+        err = schedule(w, t, 0, 0, 0, 0, 0);
     }
   }
   if (err == UV_EAGAIN || err == UV_ETIMEDOUT)

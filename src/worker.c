@@ -163,6 +163,15 @@ uvs_worker_t* uvs__ready_take(uvs_sched_t* s, uint64_t epoch, unsigned* group) {
 void uvs__worker_make_ready(uvs_worker_t* w) {
   uvs__group_t* g;
 
+  /* A suspended worker waits off the lists, SCHEDULED, so that producers
+   * leave it be; its resume or close lists it (close.c). */
+  if (uvs__suspended(w)) {
+    w->phase = UVS__P_PARKED;
+    /* Its pending tasks hold uv_run as ready ones do (loop.c). */
+    uvs__store_rel(&w->sched->parked, w->sched->parked + 1);
+    uvs__ring(w->sched, UVS__BELL_PARKED);
+    return;
+  }
   w->phase = UVS__P_READY;
   if (w->where == UVS_POOL) {
     g = uvs__group_of(w);
@@ -241,6 +250,15 @@ void uvs__turn_ended(uvs_worker_t* w) {
       return; /* a producer took it and makes it ready */
   }
   uvs__worker_make_ready(w);
+}
+
+
+void uvs__unpark(uvs_worker_t* w) {
+  if (w->phase != UVS__P_PARKED)
+    return;
+  uvs__store_rel(&w->sched->parked, w->sched->parked - 1);
+  uvs__ring(w->sched, UVS__BELL_PARKED);
+  uvs__turn_ended(w); /* listed again, or idle */
 }
 
 
@@ -469,7 +487,7 @@ void uvs__drop_to(uvs_sched_t* s,
 
   w = t->worker;
   st = uvs__load_rlx(&t->state);
-  if ((st & UVS__T_POST) || t->done_cb == NULL) {
+  if (((st & UVS__T_POST) || t->done_cb == NULL) && s->hook == NULL) {
     ended(w, status);
     if (st & UVS__T_POST)
       uvs__post_release(s, t);
@@ -477,6 +495,8 @@ void uvs__drop_to(uvs_sched_t* s,
       uvs__store_rel(&t->state, UVS__T_FINISHED); /* released */
     return;
   }
+  /* With a hook, a post or done-less task dropped unrun comes back too,
+   * for its HANDED_BACK, and is released then (uvs__deliver). */
   if (!uvs__to_handback(t, status))
     return;
   ended(w, status);
@@ -522,6 +542,27 @@ void uvs__end_run(uvs_task_t* t) {
 }
 
 
+/* With a hook: reports a task's hand-back, and releases it if it has no
+ * done_cb (a post or a done-less task dropped unrun, uvs__drop_to).
+ * Returns 1 if it was released. */
+static int release_dropped(uvs_sched_t* s, uvs_task_t* t, int status) {
+  int post;
+
+  post = (uvs__load_rlx(&t->state) & UVS__T_POST) != 0;
+  s->hook(t->worker, post ? NULL : t, UVS_EV_HANDED_BACK, status, s->hook_arg);
+  if (post) {
+    uv_mutex_lock(&s->lock);
+    uvs__post_release(s, t);
+    uv_mutex_unlock(&s->lock);
+    return 1;
+  }
+  if (t->done_cb != NULL)
+    return 0;
+  uvs__store_rel(&t->state, UVS__T_FINISHED); /* the user's again */
+  return 1;
+}
+
+
 /* Calls done_cb for everything handed back so far, oldest first. */
 void uvs__deliver(uvs_sched_t* s) {
   uvs__queue_t* q;
@@ -542,6 +583,8 @@ void uvs__deliver(uvs_sched_t* s) {
     t = uvs__container_of(q, uvs_task_t, node);
     done = t->done_cb;
     status = uvs__task_result(t);
+    if (s->hook != NULL && release_dropped(s, t, status))
+      continue;
     /* From here the task is the user's: done_cb may free or reschedule it. */
     uvs__store_rel(&t->state, UVS__T_FINISHED);
     done(t, status);

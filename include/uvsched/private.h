@@ -120,6 +120,7 @@ struct uvs__queue_s {
   unsigned nwaiters;   /* stores under the lock */                            \
   unsigned space_owed; /* under the lock */                                   \
   unsigned evict_owed; /* under the lock: DROP_OLDEST evictions owed */       \
+  unsigned nsuspend;   /* under the lock: its suspend count (0.4) */          \
   struct uvs__queue_s waiters;    /* uvs_schedule_wait callers, FIFO */       \
   struct uvs__queue_s space_node; /* on sched->space */                       \
   struct uvs__queue_s kready;     /* width > 1: tasks lanes may start */
@@ -160,11 +161,14 @@ struct uvs__queue_s {
   unsigned budget;                                                            \
   unsigned linger_us;                                                         \
   unsigned drains;                                                            \
-  unsigned state;    /* atomic */                                             \
+  unsigned state;   /* atomic */                                              \
+  uvs_hook_cb hook; /* 0.4: set at init; NULL = none */                       \
+  void* hook_arg;                                                             \
   unsigned flags;    /* loop thread only */                                   \
   unsigned owed;     /* atomic: what the loop owes, UVS__BELL_* */            \
   unsigned inflight; /* atomic: callers inside the API on this scheduler */   \
   unsigned handles;  /* libuv handles still open */                           \
+  unsigned parked;   /* atomic, stores under the lock: suspended with work */ \
   int keep_alive;                                                             \
   struct uvs__runner_s* runners;     /* cap of them, or 1024 at most */       \
   struct uvs__runner_s* runner_free; /* those not posted */                   \
