@@ -428,7 +428,7 @@ static void periodic(uvs_where_t where) {
     TEST_RUN_UNTIL(&loop, count_of(&w, &p->task, UVS_EV_ENDED) == k);
   }
   ASSERT_EQ(atomic_load(&p->runs), 3);
-  ASSERT_SEQ(&p->task, "ASESES");
+  ASSERT_SEQ(&p->task, "ASESESE"); /* three runs */
   ASSERT_OK(uvs_task_cancel(&p->task));
   TEST_RUN_UNTIL(&loop, p->done_calls == 1);
   ASSERT_ERR(p->status, UV_ECANCELED);
