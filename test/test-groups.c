@@ -186,14 +186,13 @@ TEST_IMPL(groups_init_errors) {
   sched_opts(&o, 0, 3, NULL);
   ASSERT_ERR(uvs_sched_init(&loop, &sched, &o), UV_EINVAL);
 
-  /* Hooks are not built yet: a hook asked for is UV_ENOTSUP, whatever
-   * else the options say. */
-  sched_opts(&o, 0, 0, NULL);
+  /* A hook changes nothing in how the groups are checked. */
+  sched_opts(&o, 0, 17, g);
   o.hook = never_hook;
-  ASSERT_ERR(uvs_sched_init(&loop, &sched, &o), UV_ENOTSUP);
-  sched_opts(&o, 0, 2, g);
+  ASSERT_ERR(uvs_sched_init(&loop, &sched, &o), UV_EINVAL);
+  sched_opts(&o, 0, 2, NULL);
   o.hook = never_hook;
-  ASSERT_ERR(uvs_sched_init(&loop, &sched, &o), UV_ENOTSUP);
+  ASSERT_ERR(uvs_sched_init(&loop, &sched, &o), UV_EINVAL);
 
   /* A failed init left nothing behind on the loop. */
   ASSERT_OK(uv_run(&loop, UV_RUN_NOWAIT));
