@@ -20,20 +20,25 @@
  * error that is not about the query, the path or the method the server
  * closes the connection.
  *
- * Each connection owns one worker: UVS_POOL in --mode pool, so that /work runs
- * on libuv's thread pool; UVS_LOOP in --mode loop, the baseline, where the
- * same work runs on the loop thread. --mode inline does the work right in the
- * parser callback, without uvsched, to show what the loop worker costs.
+ * Each connection owns two workers: UVS_POOL in --mode pool, so that /work
+ * runs on libuv's thread pool; UVS_LOOP in --mode loop, the baseline, where
+ * the same work runs on the loop thread. --mode inline does the work right in
+ * the parser callback, without uvsched, to show what the loop worker costs.
+ * One worker is in the scheduler's "interactive" group, the other in its
+ * "bulk" group, which may use every pool thread but one: a heavy /work (n at
+ * least --heavy-rounds) runs in bulk, so that however many connections flood
+ * heavy work, light requests keep a thread (conn_route()).
  *
  * Pipelining: a client may send many requests without waiting. They are
- * parsed on the loop thread in order. While the connection's worker holds
+ * parsed on the loop thread in order. While the connection's workers hold
  * none of its tasks, an answer that needs no work (/health, an error) is
- * written at once; otherwise each request becomes a task on the worker (a
- * task that does nothing when the answer needs no work). The worker runs
- * them in order and uvsched calls their done_cb in the order they ran (SPEC
- * guarantee 3), so done_cb appends each answer to the connection's output
- * and answers leave in request order without a reorder list. The done_cbs of
- * one loop turn go out together, with one uv_write.
+ * written at once; otherwise each request becomes a task on the worker that
+ * holds them (a task that does nothing when the answer needs no work); only
+ * one of the two does at a time. The worker runs them in order and uvsched
+ * calls their done_cb in the order they ran (SPEC guarantee 3), so done_cb
+ * appends each answer to the connection's output and answers leave in
+ * request order without a reorder list. The done_cbs of one loop turn go
+ * out together, with one uv_write.
  *
  * Limits (every one is an option; see usage()): a connection stops reading
  * while its worker is full (--max-inflight) or while its answers pass
