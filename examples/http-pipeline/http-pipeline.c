@@ -190,10 +190,10 @@ struct request_s {
   uint64_t tseq; /* The connection's tasks: 0, 1, 2, ... */
   answer_kind_t kind;
   int status;
-  int head;       /* A HEAD request: the answer's headers, not its body. */
-  int heavy;      /* Its work belongs in GROUP_BULK (request_heavy()). */
-  group_t group;  /* The worker, by group, it was scheduled on. */
-  size_t reserve; /* Bytes held against --max-out-bytes until freed. */
+  int head;            /* A HEAD request: the answer's headers, not its body. */
+  unsigned char heavy; /* Its work belongs in GROUP_BULK (request_heavy()). */
+  unsigned char group; /* The group_t of the worker it was scheduled on. */
+  size_t reserve;      /* Bytes held against --max-out-bytes until freed. */
   const char* body;
   conn_header_t conn_header;
   uint64_t rounds;
