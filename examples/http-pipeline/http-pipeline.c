@@ -20,20 +20,25 @@
  * error that is not about the query, the path or the method the server
  * closes the connection.
  *
- * Each connection owns one worker: UVS_POOL in --mode pool, so that /work runs
- * on libuv's thread pool; UVS_LOOP in --mode loop, the baseline, where the
- * same work runs on the loop thread. --mode inline does the work right in the
- * parser callback, without uvsched, to show what the loop worker costs.
+ * Each connection owns two workers: UVS_POOL in --mode pool, so that /work
+ * runs on libuv's thread pool; UVS_LOOP in --mode loop, the baseline, where
+ * the same work runs on the loop thread. --mode inline does the work right in
+ * the parser callback, without uvsched, to show what the loop worker costs.
+ * One worker is in the scheduler's "interactive" group, the other in its
+ * "bulk" group, which may use every pool thread but one: a heavy /work (n at
+ * least --heavy-rounds) runs in bulk, so that however many connections flood
+ * heavy work, light requests keep a thread (conn_route()).
  *
  * Pipelining: a client may send many requests without waiting. They are
- * parsed on the loop thread in order. While the connection's worker holds
+ * parsed on the loop thread in order. While the connection's workers hold
  * none of its tasks, an answer that needs no work (/health, an error) is
- * written at once; otherwise each request becomes a task on the worker (a
- * task that does nothing when the answer needs no work). The worker runs
- * them in order and uvsched calls their done_cb in the order they ran (SPEC
- * guarantee 3), so done_cb appends each answer to the connection's output
- * and answers leave in request order without a reorder list. The done_cbs of
- * one loop turn go out together, with one uv_write.
+ * written at once; otherwise each request becomes a task on the worker that
+ * holds them (a task that does nothing when the answer needs no work); only
+ * one of the two does at a time. The worker runs them in order and uvsched
+ * calls their done_cb in the order they ran (SPEC guarantee 3), so done_cb
+ * appends each answer to the connection's output and answers leave in
+ * request order without a reorder list. The done_cbs of one loop turn go
+ * out together, with one uv_write.
  *
  * Limits (every one is an option; see usage()): a connection stops reading
  * while its worker is full (--max-inflight) or while its answers pass
@@ -109,6 +114,11 @@ typedef enum { MODE_POOL, MODE_LOOP, MODE_INLINE } run_mode_t;
 
 typedef enum { HDR_NONE, HDR_CLOSE, HDR_KEEP_ALIVE } conn_header_t;
 
+/* The scheduler's groups, and a connection's workers, one in each: light
+ * requests run in the first, heavy ones (--heavy-rounds) in the second,
+ * which leaves one pool thread to the first (conn_route()). */
+typedef enum { GROUP_INTERACTIVE, GROUP_BULK, GROUP_COUNT } group_t;
+
 /* What a request's answer is made of. */
 typedef enum {
   ANS_WORK,     /* The digest, computed by the task. */
@@ -170,6 +180,7 @@ typedef struct limits_s {
   uint64_t min_send_rate;  /* Bytes/s a connection owing answers must take. */
   uint64_t concurrency;    /* uvs_sched_options_t.max_concurrency. */
   uint64_t budget;         /* uvs_sched_options_t.budget. */
+  uint64_t heavy_rounds;   /* /work with n >= this is heavy; 0 = none is. */
 } limits_t;
 
 struct request_s {
@@ -179,8 +190,10 @@ struct request_s {
   uint64_t tseq; /* The connection's tasks: 0, 1, 2, ... */
   answer_kind_t kind;
   int status;
-  int head;       /* A HEAD request: the answer's headers, not its body. */
-  size_t reserve; /* Bytes held against --max-out-bytes until freed. */
+  int head;            /* A HEAD request: the answer's headers, not its body. */
+  unsigned char heavy; /* Its work belongs in GROUP_BULK (request_heavy()). */
+  unsigned char group; /* The group_t of the worker it was scheduled on. */
+  size_t reserve;      /* Bytes held against --max-out-bytes until freed. */
   const char* body;
   conn_header_t conn_header;
   uint64_t rounds;
@@ -207,8 +220,11 @@ typedef struct out_write_s {
 
 struct conn_s {
   uv_tcp_t tcp;
-  uvs_worker_t worker; /* Not used in --mode inline, nor when rejecting. */
-  uvs_task_t timer;    /* On the server's loop worker: the next deadline. */
+  /* One in each group, not used in --mode inline, nor when rejecting. At
+   * most one of them holds tasks of the connection at a time: the active
+   * one (conn_route()). */
+  uvs_worker_t workers[GROUP_COUNT];
+  uvs_task_t timer; /* On the server's loop worker: the next deadline. */
   uv_shutdown_t shutdown;
   http_parser parser;
   server_t* server;
@@ -221,10 +237,12 @@ struct conn_s {
   unsigned refs; /* The TCP handle, the worker, the timer, the flush list. */
   unsigned live; /* request_t alive, for the leak check. */
   unsigned inflight;  /* Tasks on the worker, not yet handed back. */
+  group_t active;     /* The worker that holds them, while inflight. */
   unsigned owed;      /* Requests parsed whose final answer is not out yet. */
   unsigned writes;    /* uv_write requests not yet called back. */
   size_t write_bytes; /* ... and the bytes of their buffers. */
-  request_t* stalled; /* Parsed, refused by the full worker: next to go. */
+  request_t* stalled; /* Parsed, refused by the full worker, or heavy behind
+                         light tasks (conn_route()): next to go. */
   request_t* held;    /* Fault injection only (HTTP_PIPELINE_FAULT). */
   int has_worker;
   int rejecting; /* Over --max-conns: a 503, then close. */
@@ -305,6 +323,8 @@ struct server_s {
   uv_signal_t sigterm;
   uvs_sched_t sched;
   uvs_worker_t timers; /* UVS_LOOP: every connection's deadline. */
+  uint64_t threads;    /* libuv's pool size (--threads). */
+  uint64_t bulk_max;   /* GROUP_BULK's max_concurrency. */
   uv_idle_t flusher;   /* Writes what the done_cbs of a loop turn made. */
   EVP_MD* sha256;      /* libcrypto's, fetched once: shared by the threads. */
   conn_t* flush_list;
@@ -336,6 +356,7 @@ struct server_s {
   uint64_t dropped;      /* Ran, but the connection was gone: not written. */
   uint64_t errors;       /* 4xx and 5xx answers. */
   uint64_t stalls;       /* A full worker stopped a connection's reading. */
+  uint64_t switch_waits; /* A heavy request waited for light ones before it. */
   uint64_t write_blocks; /* Unwritten answers stopped a connection's reading. */
   uint64_t half_closes;
   uint64_t addr_refused; /* Closed at once: over --max-conn-per-addr. */
@@ -351,6 +372,7 @@ struct server_s {
   atomic_uint_fast64_t order_violations;
   atomic_uint_fast64_t overlaps;
   atomic_uint_fast64_t wrong_thread;
+  atomic_uint_fast64_t misrouted; /* Heavy work run outside GROUP_BULK. */
 };
 
 static server_t server;
@@ -576,6 +598,7 @@ static void request_set(request_t* req, int status, const char* body) {
 
 static void conn_close(conn_t* conn);
 static void conn_update(conn_t* conn);
+static void conn_resume(conn_t* conn);
 static void conn_uncount_addr(conn_t* conn);
 static void stats_format(server_t* s, char* body, size_t size);
 
@@ -841,8 +864,11 @@ static void work_run(uvs_task_t* task) {
       (req->tseq != conn->next_run && s->lim.max_wait == 0))
     atomic_fetch_add(&s->order_violations, 1);
   conn->next_run = req->tseq + 1;
-  if (on_loop != (conn->worker.where == UVS_LOOP))
+  if (on_loop != (conn->workers[req->group].where == UVS_LOOP))
     atomic_fetch_add(&s->wrong_thread, 1);
+  /* Heavy work must never take the thread kept for light work. */
+  if (req->heavy && req->group != GROUP_BULK)
+    atomic_fetch_add(&s->misrouted, 1);
 
   /* HEAD: the body is not sent, and its length does not depend on the
    * digest. */
@@ -908,15 +934,19 @@ static void work_done(uvs_task_t* task, int status) {
   }
   if (s->fault_reorder && conn->held == NULL && req->tseq % 5 == 2) {
     conn->held = req; /* Broken on purpose: the order check must see it. */
-    return;
-  }
-  answer(conn, req);
-  if (conn->held != NULL) {
-    req = conn->held;
-    conn->held = NULL;
+  } else {
     answer(conn, req);
+    if (conn->held != NULL) {
+      req = conn->held;
+      conn->held = NULL;
+      answer(conn, req);
+    }
+    conn_flush_soon(conn);
   }
-  conn_flush_soon(conn);
+  /* The last light task has been handed back: a heavy request waiting for
+   * it (conn_route()) can go to the bulk worker now. */
+  if (conn->inflight == 0 && conn->stalled != NULL)
+    conn_resume(conn);
 }
 
 
@@ -928,9 +958,10 @@ static int conn_schedule(conn_t* conn, request_t* req) {
   int rc;
 
   req->tseq = conn->next_tseq++; /* The task may run before schedule returns */
+  req->group = conn->active;
   rc = uvs_task_init(&req->task, work_run, work_done);
   if (rc == 0)
-    rc = uvs_schedule(&conn->worker, &req->task);
+    rc = uvs_schedule(&conn->workers[conn->active], &req->task);
   if (rc != 0) {
     conn->next_tseq--;
     return rc;
@@ -942,12 +973,46 @@ static int conn_schedule(conn_t* conn, request_t* req) {
 }
 
 
-/* The worker has room again (space_cb, on the loop thread): schedule the
- * request it refused, then parse on and read again. The worker's memory is
- * the connection's, which lives until the worker's close callback, and no
- * space_cb runs once the worker is closing. */
-static void on_space(uvs_worker_t* worker) {
-  conn_t* conn = worker->data;
+/* Groups, and why a connection has two workers. A heavy /work (n at least
+ * --heavy-rounds) runs on the connection's worker in GROUP_BULK, whose
+ * max_concurrency is the pool's size less one; everything else on its
+ * worker in GROUP_INTERACTIVE, which may use the whole pool. However many
+ * connections flood heavy work, one pool thread is left to light work, and
+ * a light request on another connection waits for no heavy task.
+ *
+ * The answers of a connection must still leave in request order, and one
+ * task of it run at a time, with no list of answers to reorder: so at most
+ * one of its two workers holds its tasks at any moment, the active one.
+ * uvsched hands a worker's tasks back in the order they ran (SPEC guarantee
+ * 3), and a switch happens only when the connection has no task left on
+ * either worker, after the last done_cb, so the order of the runs and the
+ * done_cbs goes on unbroken across it. Routing req:
+ *
+ * - nothing of the connection on a worker: the worker of req's own group
+ *   becomes the active one;
+ * - light behind tasks on the bulk worker: joins them there. Its answer
+ *   must wait for theirs anyway, and it is short;
+ * - heavy behind tasks on the interactive worker: it must not run there,
+ *   so it waits (UV_EBUSY), kept as conn->stalled with the parser paused
+ *   behind it and reading stopped, as for a full worker, until work_done()
+ *   hands back the last light task and conn_resume() schedules it on the
+ *   bulk worker. Its answer would come after theirs anyway; what the
+ *   client loses is only that its requests after it are parsed later.
+ *
+ * Returns 0, UV_EBUSY for a heavy request that must wait, UV_EAGAIN for a
+ * full worker, or another error. */
+static int conn_route(conn_t* conn, request_t* req) {
+  if (conn->inflight == 0)
+    conn->active = req->heavy ? GROUP_BULK : GROUP_INTERACTIVE;
+  else if (req->heavy && conn->active != GROUP_BULK)
+    return UV_EBUSY;
+  return conn_schedule(conn, req);
+}
+
+
+/* Schedules the request that waited (a full worker, or a heavy request
+ * behind light ones), then parses on and reads again. */
+static void conn_resume(conn_t* conn) {
   request_t* req;
   int rc;
 
@@ -955,8 +1020,8 @@ static void on_space(uvs_worker_t* worker) {
     return;
   req = conn->stalled;
   conn->stalled = NULL;
-  rc = conn_schedule(conn, req);
-  if (rc == UV_EAGAIN) {
+  rc = conn_route(conn, req);
+  if (rc == UV_EAGAIN || rc == UV_EBUSY) {
     conn->stalled = req;
     return;
   }
@@ -969,10 +1034,27 @@ static void on_space(uvs_worker_t* worker) {
 }
 
 
-/* Answers req now if nothing of this connection is on its worker, so that
+/* A worker has room again (space_cb, on the loop thread): schedule the
+ * request it refused. The worker's memory is the connection's, which lives
+ * until the worker's close callback, and no space_cb runs once the worker
+ * is closing. */
+static void on_space(uvs_worker_t* worker) {
+  conn_resume(worker->data);
+}
+
+
+/* Heavy: a /work whose hashing takes a pool thread for long (n at least
+ * --heavy-rounds). A HEAD /work does not hash, whatever its n. */
+static int request_heavy(const server_t* s, const request_t* req) {
+  return s->lim.heavy_rounds != 0 && req->kind == ANS_WORK && !req->head &&
+         req->rounds >= s->lim.heavy_rounds;
+}
+
+
+/* Answers req now if nothing of this connection is on its workers, so that
  * its answer cannot overtake an earlier one; otherwise queues it behind them
- * on the worker. Returns UV_EAGAIN, keeping req as conn->stalled, if the
- * worker is full. */
+ * (conn_route()). Returns UV_EAGAIN, keeping req as conn->stalled, if it
+ * must wait: the worker is full, or req is heavy behind light tasks. */
 static int conn_submit(conn_t* conn, request_t* req) {
   server_t* s = conn->server;
   int rc;
@@ -984,6 +1066,7 @@ static int conn_submit(conn_t* conn, request_t* req) {
    * pool runs them. */
   req->reserve = sizeof(*req) + answer_bound(req);
   conn->reserved += req->reserve;
+  req->heavy = request_heavy(s, req);
   if (s->mode == MODE_INLINE || !conn->has_worker) {
     if (req->kind == ANS_WORK) {
       if (!req->head)
@@ -997,17 +1080,20 @@ static int conn_submit(conn_t* conn, request_t* req) {
     answer(conn, req);
     return 0;
   }
-  rc = conn_schedule(conn, req);
+  rc = conn_route(conn, req);
   if (rc == 0)
     return 0;
-  if (rc == UV_EAGAIN && req->kind != ANS_CONTINUE) {
+  if ((rc == UV_EAGAIN || rc == UV_EBUSY) && req->kind != ANS_CONTINUE) {
     /* The parser is paused behind it and the connection stops reading
-     * (conn_update) until on_space(). */
+     * (conn_update) until conn_resume(). */
     if (conn->stalled != NULL)
       abort(); /* One at a time: the parser is paused behind it. */
     conn->stalled = req;
-    s->stalls++;
-    return rc;
+    if (rc == UV_EBUSY)
+      s->switch_waits++;
+    else
+      s->stalls++;
+    return UV_EAGAIN;
   }
   /* An interim answer is optional: a client waits for it only so long. */
   if (req->kind == ANS_CONTINUE) {
@@ -1021,10 +1107,15 @@ static int conn_submit(conn_t* conn, request_t* req) {
 
 
 static void stats_format(server_t* s, char* body, size_t size) {
+  static const char* const names[GROUP_COUNT] = {"interactive", "bulk"};
+  uvs_group_stats_t gs;
   uvs_stats_t st;
+  size_t len;
+  int n;
+  unsigned g;
 
   uvs_sched_stats(&s->sched, &st);
-  snprintf(
+  n = snprintf(
       body, size,
       "{\"mode\":\"%s\",\"accepted\":%" PRIu64 ",\"open\":%" PRIu64
       ",\"rejected\":%" PRIu64 ",\"unanswered\":%" PRIu64
@@ -1044,7 +1135,9 @@ static void stats_format(server_t* s, char* body, size_t size) {
       ",\"done_out_of_order\":%" PRIu64 ",\"overlaps\":%" PRIu64
       ",\"wrong_thread\":%" PRIu64 ",\"uvs_scheduled\":%" PRIu64
       ",\"uvs_ran\":%" PRIu64 ",\"uvs_cancelled\":%" PRIu64
-      ",\"uvs_pending\":%" PRIu64 "}\n",
+      ",\"uvs_pending\":%" PRIu64 ",\"misrouted\":%" PRIu64
+      ",\"switch_waits\":%" PRIu64 ",\"threads\":%" PRIu64
+      ",\"heavy_rounds\":%" PRIu64 ",\"bulk_max\":%" PRIu64,
       s->mode == MODE_POOL   ? "pool"
       : s->mode == MODE_LOOP ? "loop"
                              : "inline",
@@ -1059,7 +1152,20 @@ static void stats_format(server_t* s, char* body, size_t size) {
       (uint64_t) atomic_load(&s->order_violations), s->answers_out_of_order,
       s->done_out_of_order, (uint64_t) atomic_load(&s->overlaps),
       (uint64_t) atomic_load(&s->wrong_thread), st.scheduled, st.ran,
-      st.cancelled, st.pending);
+      st.cancelled, st.pending, (uint64_t) atomic_load(&s->misrouted),
+      s->switch_waits, s->threads, s->lim.heavy_rounds, s->bulk_max);
+  /* uvs_group_stats: each field atomic, read now, not one snapshot. */
+  len = n > 0 && (size_t) n < size ? (size_t) n : size - 1;
+  for (g = 0; g < GROUP_COUNT; g++) {
+    if (uvs_group_stats(&s->sched, g, &gs) != 0)
+      memset(&gs, 0, sizeof(gs));
+    n = snprintf(body + len, size - len,
+                 ",\"%s\":{\"running\":%" PRIu64 ",\"ready\":%" PRIu64
+                 ",\"ran\":%" PRIu64 ",\"run_ns\":%" PRIu64 "}",
+                 names[g], gs.running, gs.ready, gs.ran, gs.run_ns);
+    len += n > 0 && (size_t) n < size - len ? (size_t) n : size - 1 - len;
+  }
+  snprintf(body + len, size - len, "}\n");
 }
 
 
@@ -1850,6 +1956,7 @@ static void conn_update(conn_t* conn) {
 
 static void conn_close(conn_t* conn) {
   server_t* s = conn->server;
+  unsigned g;
   int rc;
 
   if (conn->closing)
@@ -1879,8 +1986,8 @@ static void conn_close(conn_t* conn) {
   }
   if (conn->timer_armed)
     uvs_task_cancel(&conn->timer); /* on_timer_done() follows. */
-  if (conn->has_worker) {
-    rc = uvs_worker_close(&conn->worker, UVS_CANCEL, on_worker_closed);
+  for (g = 0; conn->has_worker && g < GROUP_COUNT; g++) {
+    rc = uvs_worker_close(&conn->workers[g], UVS_CANCEL, on_worker_closed);
     if (rc != 0)
       fail("uvs_worker_close", rc);
   }
@@ -2002,6 +2109,7 @@ static void on_connection(uv_stream_t* listener, int status) {
   uvs_worker_options_t wopts;
   request_t* req;
   conn_t* conn;
+  unsigned g;
   int reject;
   int sndbuf;
   int rc;
@@ -2028,7 +2136,7 @@ static void on_connection(uv_stream_t* listener, int status) {
     fail("calloc", UV_ENOMEM);
   conn->server = s;
   conn->tcp.data = conn;
-  conn->worker.data = conn;
+  for (g = 0; g < GROUP_COUNT; g++) conn->workers[g].data = conn;
   conn->parser.data = conn;
   atomic_init(&conn->busy, 0);
   rc = uv_tcp_init(s->loop, &conn->tcp);
@@ -2053,11 +2161,21 @@ static void on_connection(uv_stream_t* listener, int status) {
     wopts.low_water = lim->max_inflight / 2;
     wopts.space_cb = on_space;
     wopts.max_wait_ms = lim->max_wait;
-    rc = uvs_worker_init_ex(&s->sched, &conn->worker,
-                            s->mode == MODE_POOL ? UVS_POOL : UVS_LOOP, &wopts);
+    /* Both workers, or neither: conn_close() closes them together. */
+    for (g = 0; rc == 0 && g < GROUP_COUNT; g++) {
+      wopts.group = g;
+      rc = uvs_worker_init_ex(&s->sched, &conn->workers[g],
+                              s->mode == MODE_POOL ? UVS_POOL : UVS_LOOP,
+                              &wopts);
+    }
     if (rc == 0) {
       conn->has_worker = 1;
+      conn->refs += GROUP_COUNT;
+    } else if (g > 1) {
+      /* The first is open; it holds the connection until it has closed. */
       conn->refs++;
+      uvs_worker_close(&conn->workers[GROUP_INTERACTIVE], UVS_CANCEL,
+                       on_worker_closed);
     }
   }
   if (rc != 0) {
@@ -2233,12 +2351,18 @@ static void usage(FILE* f, const limits_t* d) {
       "                        turn; 0 = uvsched's time slice (default "
       "%" PRIu64
       ")\n"
+      "  --heavy-rounds N      /work with n >= N is heavy: it runs in a group "
+      "that\n"
+      "                        leaves one pool thread to the rest; 0 = "
+      "nothing is\n"
+      "                        heavy (default %" PRIu64
+      ")\n"
       "Prints \"listening on http://ADDR:PORT\" once bound; stops on\n"
       "SIGINT or SIGTERM and exits 0 only if every check held.\n",
       d->max_conns, d->max_rejecting, d->max_per_addr, d->max_inflight,
       d->max_out_bytes, d->sndbuf, d->header_timeout, d->idle_timeout,
       d->write_timeout, d->min_send_rate, d->linger, d->max_rounds, d->max_wait,
-      d->max_url, d->max_head, d->max_body, d->budget);
+      d->max_url, d->max_head, d->max_body, d->budget, d->heavy_rounds);
 }
 
 
@@ -2260,6 +2384,7 @@ static const limits_t default_limits = {
     .min_send_rate = 1024,
     .concurrency = 0, /* --threads */
     .budget = 0,
+    .heavy_rounds = 10000, /* ~3 ms here: three time slices. */
 };
 
 
@@ -2339,12 +2464,15 @@ int main(int argc, char** argv) {
       {"--min-send-rate", offsetof(limits_t, min_send_rate), 0, 1 << 30},
       {"--concurrency", offsetof(limits_t, concurrency), 1, 1024},
       {"--budget", offsetof(limits_t, budget), 0, 1000000},
+      {"--heavy-rounds", offsetof(limits_t, heavy_rounds), 0, 100000000},
   };
   server_t* s = &server;
   const char* host = "127.0.0.1";
   uint64_t port = 8080;
   uint64_t threads = uv_available_parallelism();
   uvs_sched_options_t sopts;
+  uvs_group_options_t groups[GROUP_COUNT];
+  uint64_t cap;
   char threads_env[32];
   struct sockaddr_storage addr;
   int addr_len = sizeof(addr);
@@ -2438,13 +2566,27 @@ int main(int argc, char** argv) {
   atomic_init(&s->order_violations, 0);
   atomic_init(&s->overlaps, 0);
   atomic_init(&s->wrong_thread, 0);
+  atomic_init(&s->misrouted, 0);
 
   /* Fairness: connections take turns on the pool a task (--budget) at a
    * time, in the scheduler's FIFO of ready workers, on at most
-   * --concurrency threads. */
+   * --concurrency threads. Heavy work (conn_route()) is in a group of its
+   * own that may take every thread the scheduler may use but one: libuv's
+   * pool has --threads of them (the server sets UV_THREADPOOL_SIZE to it
+   * above), and --concurrency may allow fewer. With one thread, the bulk
+   * group keeps it: light work then waits for at most one heavy task. The
+   * interactive group may use them all, and when both groups wait for a
+   * thread the scheduler shares them out by run time, equal shares. */
+  s->threads = threads;
+  cap = s->lim.concurrency < threads ? s->lim.concurrency : threads;
+  s->bulk_max = cap > 1 ? cap - 1 : 1;
+  memset(groups, 0, sizeof(groups));
+  groups[GROUP_BULK].max_concurrency = (unsigned) s->bulk_max;
   memset(&sopts, 0, sizeof(sopts));
   sopts.max_concurrency = (unsigned) s->lim.concurrency;
   sopts.budget = (unsigned) s->lim.budget;
+  sopts.ngroups = GROUP_COUNT;
+  sopts.groups = groups;
   rc = uvs_sched_init(s->loop, &s->sched, &sopts);
   if (rc != 0)
     fail("uvs_sched_init", rc);
@@ -2515,8 +2657,8 @@ int main(int argc, char** argv) {
   free(s->addrs);
 
   violations = atomic_load(&s->order_violations) + atomic_load(&s->overlaps) +
-               atomic_load(&s->wrong_thread) + s->answers_out_of_order +
-               s->done_out_of_order;
+               atomic_load(&s->wrong_thread) + atomic_load(&s->misrouted) +
+               s->answers_out_of_order + s->done_out_of_order;
   ok = rc == 0 && violations == 0 && s->leaks == 0 && s->open == 0 &&
        s->rejecting == 0;
   fprintf(stderr,
@@ -2526,15 +2668,16 @@ int main(int argc, char** argv) {
           " errors=%" PRIu64 " stalls=%" PRIu64 " timeouts=%" PRIu64 "/%" PRIu64
           "/%" PRIu64 "\nhttp-pipeline: order_violations=%" PRIu64
           " answers_out_of_order=%" PRIu64 " done_out_of_order=%" PRIu64
-          " overlaps=%" PRIu64 " wrong_thread=%" PRIu64 " leaks=%" PRIu64
-          " loop_close=%s: %s\n",
+          " overlaps=%" PRIu64 " wrong_thread=%" PRIu64 " misrouted=%" PRIu64
+          " leaks=%" PRIu64 " loop_close=%s: %s\n",
           s->accepted, s->rejected, s->requests, s->responses, s->work_done,
           s->cancelled, s->shed, s->dropped, s->errors, s->stalls,
           s->timeouts[DEADLINE_HEADER], s->timeouts[DEADLINE_IDLE],
           s->timeouts[DEADLINE_WRITE],
           (uint64_t) atomic_load(&s->order_violations), s->answers_out_of_order,
           s->done_out_of_order, (uint64_t) atomic_load(&s->overlaps),
-          (uint64_t) atomic_load(&s->wrong_thread), s->leaks,
+          (uint64_t) atomic_load(&s->wrong_thread),
+          (uint64_t) atomic_load(&s->misrouted), s->leaks,
           rc == 0 ? "ok" : uv_err_name(rc), ok ? "ok" : "FAILED");
   return ok ? 0 : 1;
 }

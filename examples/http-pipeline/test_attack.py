@@ -50,7 +50,16 @@ leak checks):
                 after the flood is queued) it waits for one turn of each
                 of the 64 connections (64 x ~100 ms / 2 threads): 2.8 to
                 8.4 s in six runs, against 0.3 to 4.5 ms with it in three,
-                on a 2-CPU machine shared with other work
+                on a 2-CPU machine shared with other work (before the
+                groups; with them it is light, as in "groups")
+  groups        no --max-wait, 4 pool threads: 64 connections pipeline 64
+                /work at n = --max-rounds (heavy: the bulk group, at most 3
+                threads); the bulk group runs 3 at once (bulk running ==
+                bulk_max == threads - 1, from uvs_group_stats in /stats),
+                light requests on fresh connections (/work?n=1, /health,
+                /stats) are each answered within GROUP_BOUND_S, bulk still
+                runs 3 at once after them, and every flood connection gets
+                its first answer, right and in order
   out-bound     --max-out-bytes 16384: a client pipelines 3000 answers that
                 need no work and reads nothing: fewer than 400 are parsed,
                 out_peak stays within the bound plus one answer, and once
@@ -66,6 +75,8 @@ leak checks):
 
   test_attack.py NAME --server BUILDDIR/examples/http-pipeline/http-pipeline
   test_attack.py shed --max-wait 0 --server ...   (the figure above)
+  test_attack.py groups --heavy-rounds 0 --server ...   (without groups:
+                                                         it must fail)
 
 Exit status: 0 passed, 1 failed.
 """
@@ -95,6 +106,9 @@ SHED_CONNS = 64      # shed: flooding connections ...
 SHED_DEPTH = 64      # ... each pipelining this many (--max-inflight's default)
 SHED_WAIT_MS = 1000  # shed: --max-wait
 LIGHT_BOUND_S = 2.0  # shed: the light request's latency beside the flood
+GROUP_THREADS = 4    # groups: the pool (libuv's default size) ...
+GROUP_VICTIMS = 10   # ... light requests of each kind timed beside the flood
+GROUP_BOUND_S = 0.1  # ... each answered within this (issue 32)
 
 
 class Failure(Exception):
@@ -829,6 +843,107 @@ def test_shed(binary, max_wait=SHED_WAIT_MS):
     return 0
 
 
+# --------------------------------------------------------------- groups
+
+def test_groups(binary, heavy_rounds=None):
+    """Light work keeps a thread of its own without shedding. heavy_rounds:
+    the server's --heavy-rounds (0: no groups, to see the test fail)."""
+    extra = ["--max-rounds", HEAVY_ROUNDS]
+    if heavy_rounds is not None:
+        extra += ["--heavy-rounds", heavy_rounds]
+    server = Server(binary, "pool", threads=GROUP_THREADS, extra=extra)
+    flood = []
+    try:
+        st = server.stats()
+        check(st["bulk_max"] == GROUP_THREADS - 1 and
+              st["threads"] == GROUP_THREADS, "bulk_max: %r" % st)
+        # Without groups (--heavy-rounds 0) the flood is in the
+        # interactive group and may take every thread.
+        grouped = st["heavy_rounds"] != 0
+        check(st["heavy_rounds"] <= HEAVY_ROUNDS,
+              "the flood must be heavy: %r" % st)
+        group = "bulk" if grouped else "interactive"
+        flood_max = st["bulk_max"] if grouped else GROUP_THREADS
+        r, heavy = timed_get(server, "/work?n=%d&id=alone" % HEAVY_ROUNDS, 60)
+        check(r[0] == 200, "heavy alone: %r" % (r,))
+        base = server.stats()["tasks"]
+        flood = [server.connect(120) for _ in range(SHED_CONNS)]
+        for k, c in enumerate(flood):
+            # SHED_DEPTH fits the worker (--max-inflight): all of it is
+            # queued at once, ~SHED_CONNS * SHED_DEPTH * heavy / 3 of work.
+            c.send(b"".join(request("/work?n=%d&id=f%d-%d" %
+                                    (HEAVY_ROUNDS, k, i))
+                            for i in range(SHED_DEPTH)))
+        total = SHED_CONNS * SHED_DEPTH
+        check(harness.wait_until(
+            lambda: server.stats()["tasks"] >= base + total, 30),
+            "the flood is not queued: %r" % server.stats())
+
+        # The heavy work takes every thread but one. Bulk running is read
+        # now, not one snapshot with the rest: it is polled until it shows
+        # bulk_max, and it never shows more.
+        seen = []
+
+        def flood_full():
+            g = server.stats()[group]
+            seen.append(g["running"])
+            return g["running"] == flood_max
+        check(harness.wait_until(flood_full, 30),
+              "%s never ran %d at once: %r" % (group, flood_max,
+                                               sorted(set(seen))))
+
+        lat = {"work": [], "health": [], "stats": []}
+        for i in range(GROUP_VICTIMS):
+            r, dt = timed_get(server, "/work?n=1&id=light%d" % i, 60)
+            check(r[2] == work_body("light%d" % i, 1), "light: %r" % (r,))
+            lat["work"].append(dt)
+            r, dt = timed_get(server, "/health", 60)
+            check(r[0] == 200, "health: %r" % (r,))
+            lat["health"].append(dt)
+            t0 = time.monotonic()
+            g = server.stats()
+            lat["stats"].append(time.monotonic() - t0)
+            seen.append(g[group]["running"])
+        worst = {k: max(v) for k, v in lat.items()}
+        print("groups: %d x %d pipelined /work?n=%d (one alone: %.3f s) on "
+              "%d threads, the flood in %s (at most %d), no --max-wait; "
+              "light on fresh connections, worst of %d: /work?n=1 %.1f ms, "
+              "/health %.1f ms, /stats %.1f ms; %s running seen: %s" %
+              (SHED_CONNS, SHED_DEPTH, HEAVY_ROUNDS, heavy, GROUP_THREADS,
+               group, flood_max, GROUP_VICTIMS, worst["work"] * 1e3,
+               worst["health"] * 1e3, worst["stats"] * 1e3, group,
+               sorted(set(seen))))
+        for k, v in worst.items():
+            check(v < GROUP_BOUND_S, "light %s waited %.1f ms (bound %.0f "
+                  "ms)" % (k, v * 1e3, GROUP_BOUND_S * 1e3))
+        check(max(seen) <= flood_max, "%s ran more than %d: %r" %
+              (group, flood_max, sorted(set(seen))))
+        # The light work took no thread from the heavy work for long.
+        check(harness.wait_until(flood_full, 30),
+              "%s no longer runs %d at once: %r" % (group, flood_max,
+                                                   sorted(set(seen))))
+        st = server.stats()
+        check(st["interactive"]["ran"] >= GROUP_VICTIMS and
+              st["misrouted"] == 0, "groups: %r" % st)
+
+        # The heavy work is done and answered in order: each flood
+        # connection's first answer (they take turns, a task each).
+        for k, c in enumerate(flood):
+            r = c.read_response()
+            token = "f%d-0" % k
+            check(r is not None and r[0] == 200 and
+                  r[2].startswith("id=%s n=%d " % (token, HEAVY_ROUNDS)),
+                  "flood %d, first answer: %r" % (k, r))
+            if k == 0:
+                check(r[2] == work_body(token, HEAVY_ROUNDS),
+                      "digest of %s" % token)
+    finally:
+        for c in flood:
+            c.close()  # Their queued work is cancelled.
+        stop_ok(server)
+    return 0
+
+
 # ------------------------------------------------------------ out-bound
 
 OUT_MAX = 16384      # out-bound, slow-read: --max-out-bytes
@@ -1322,6 +1437,7 @@ TESTS = {
     "churn": test_churn,
     "conn-cap": test_conn_cap,
     "shed": test_shed,
+    "groups": test_groups,
     "out-bound": test_out_bound,
     "per-addr": test_per_addr,
     "slow-read": test_slow_read,
@@ -1337,11 +1453,16 @@ def main():
     ap.add_argument("--max-wait", type=int, default=SHED_WAIT_MS,
                     help="shed: the server's --max-wait; 0 measures the "
                     "light request without shedding, checking nothing")
+    ap.add_argument("--heavy-rounds", type=int, default=None,
+                    help="groups: the server's --heavy-rounds (default: "
+                    "its own); 0 turns the groups off, and the test fails")
     args = ap.parse_args()
     t0 = time.monotonic()
     try:
         if args.test == "shed":
             rc = test_shed(args.server, args.max_wait)
+        elif args.test == "groups":
+            rc = test_groups(args.server, args.heavy_rounds)
         else:
             rc = TESTS[args.test](args.server)
     except Failure as e:

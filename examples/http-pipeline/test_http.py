@@ -6,9 +6,11 @@
                   on one kept-alive connection
   pipeline-order  bursts of pipelined requests on one socket, and on several
                   sockets at once, in each mode: every answer comes back in
-                  request order with the right digest; and a server with an
-                  answer held back on purpose (HTTP_PIPELINE_FAULT=reorder)
-                  exits 1
+                  request order with the right digest, with light and heavy
+                  requests (--heavy-rounds) mixed so that connections switch
+                  between their two workers (switch_waits > 0, misrouted
+                  0); and a server with an answer held back on purpose
+                  (HTTP_PIPELINE_FAULT=reorder) exits 1
   disconnect      clients that vanish mid-pipeline: their queued work is
                   cancelled, the server stays up, nothing leaks
   errors          400, 414, 431 and 413 close the connection after the
@@ -176,9 +178,16 @@ def run_burst(server, prefix, count, seed, max_rounds, errors):
         c.close()
 
 
+SWITCH_ROUNDS = 250  # pipeline-order: --heavy-rounds, inside the bursts' costs
+
+
 def test_pipeline_order(binary):
     for mode in ("pool", "loop", "inline"):
-        server = Server(binary, mode, threads=4)
+        # The costs of the first two kinds of burst straddle --heavy-rounds:
+        # a connection's requests go to its interactive and its bulk worker
+        # by turns, and the answers must still come in order.
+        server = Server(binary, mode, threads=4,
+                        extra=["--heavy-rounds", SWITCH_ROUNDS])
         try:
             errors = []
             # One socket, a burst of 600 requests sent at once.
@@ -196,7 +205,18 @@ def test_pipeline_order(binary):
             # More than the server owes before it stops reading (1024).
             run_burst(server, "big-" + mode, 3000, 7, 20, errors)
             check(not errors, "; ".join(errors))
-            print("%s: 5600 pipelined answers in order" % mode)
+            st = server.stats()
+            check(st["misrouted"] == 0, "heavy work ran outside bulk: %r" % st)
+            if mode != "inline":
+                check(st["switch_waits"] > 0,
+                      "no heavy request waited for light ones: %r" % st)
+            if mode == "pool":
+                # Loop workers count in no group.
+                check(st["bulk"]["ran"] > 0 and st["interactive"]["ran"] > 0,
+                      "both groups ran work: %r" % st)
+            print("%s: 5600 pipelined answers in order; %d heavy requests "
+                  "waited for the light ones before them" %
+                  (mode, st["switch_waits"]))
         finally:
             stop_ok(server)
 
