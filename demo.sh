@@ -105,7 +105,7 @@ else
 fi
 echo
 echo "Benchmark figures worth reading come from a release build and a full"
-echo "run on a quiet machine, about a minute on 2 cores (docs/benchmarks.md):"
+echo "run on a quiet machine, several minutes on 2 cores (docs/benchmarks.md):"
 echo "    meson setup build-bench -Dbuildtype=release"
 echo "    meson compile -C build-bench"
 echo "    build-bench/bench/uvsched-bench"

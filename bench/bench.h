@@ -70,6 +70,12 @@ typedef struct bench_cfg_s {
   size_t v03_keys;             /* r5: keys on the width-4 worker */
   size_t v03_per;              /* r5: tasks per key */
   size_t v03_stream;           /* r6: tasks */
+
+  /* Groups, 0.4 (scenarios-groups.c). */
+  size_t groups_ticks;       /* g1: short tasks per variant, one per 1 ms */
+  unsigned groups_bulk_ms;   /* g1: the bulk group's tasks */
+  unsigned groups_warm_ms;   /* g2: before the window */
+  unsigned groups_window_ms; /* g2: run_cb time is compared over this */
 } bench_cfg_t;
 
 
@@ -436,6 +442,9 @@ int bench_keyed_run(bench_keyed_t* k, const char* where);
 
 /* ---- scenarios ---------------------------------------------------------- */
 
+void bench_g1_interactive(const bench_cfg_t* cfg);   /* scenarios-groups.c */
+void bench_g2_shares(const bench_cfg_t* cfg);        /* scenarios-groups.c */
+void bench_g3_cost(const bench_cfg_t* cfg);          /* scenarios-groups.c */
 void bench_v03(const bench_cfg_t* cfg);              /* scenarios-03.c */
 void bench_users(const bench_cfg_t* cfg);            /* scenarios-users.c */
 void bench_s1_pool_one(const bench_cfg_t* cfg);      /* scenarios-pool.c */

@@ -52,6 +52,13 @@ typedef struct scenario_s {
 } scenario_t;
 
 static const scenario_t scenarios[] = {
+    {"g1", "groups-lat",
+     "0.4: interactive group's short tasks beside a busy bulk group",
+     bench_g1_interactive},
+    {"g2", "groups-shares", "0.4: run_cb time of groups 1:3 and 1:2:3:4",
+     bench_g2_shares},
+    {"g3", "groups-cost", "0.4: s1, s3 and round-robin on 4 groups vs none",
+     bench_g3_cost},
     {"r", "v03", "0.3: re-arm, idle timeouts, lateness, key bounds, shedding",
      bench_v03},
     {"u", "users", "users' view: head-of-line, server mix, dependency, keys",
@@ -319,9 +326,11 @@ static summary_t row_summary(const bench_row_t* r) {
 
 /* The table lists rows by scenario number, then in the order they were
  * made (s1 and s3 also make rows of s9, measured under their load). The
- * newest groups come first: the 0.3 rows (r1, r2, ...), then the users'
- * rows (u1, u2, ...). */
+ * newest groups come first: the 0.4 groups rows (g1, g2, g3), the 0.3 rows
+ * (r1, r2, ...), then the users' rows (u1, u2, ...). */
 static int row_scenario(const bench_row_t* r) {
+  if (r->id[0] == 'g')
+    return -3;
   if (r->id[0] == 'r')
     return -2;
   if (r->id[0] == 'u')
@@ -845,6 +854,10 @@ static void cfg_full(bench_cfg_t* c) {
   c->v03_keys = 100000;
   c->v03_per = 10;
   c->v03_stream = 1000000;
+  c->groups_ticks = 1000;
+  c->groups_bulk_ms = 50;
+  c->groups_warm_ms = 500;
+  c->groups_window_ms = 10000;
 }
 
 
@@ -893,6 +906,10 @@ static void cfg_smoke(bench_cfg_t* c) {
   c->v03_keys = 2000;
   c->v03_per = 10;
   c->v03_stream = 20000;
+  c->groups_ticks = 20;
+  c->groups_bulk_ms = 5;
+  c->groups_warm_ms = 20;
+  c->groups_window_ms = 100;
 }
 
 

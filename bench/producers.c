@@ -10,7 +10,8 @@
  *
  *   strace -c -f -e trace=futex build/bench/uvsched-producers --seconds 3
  *
- * and divide the futex calls by the tasks accepted (docs/benchmarks.md).
+ * and divide the futex calls by the tasks accepted (NEWS.md, "Unreleased",
+ * has the figures).
  */
 
 #include <uvsched.h>
