@@ -1,5 +1,5 @@
-/* A wide worker's keys (width > 1): its keyed queue, in front of the key
- * table (keytab.c).
+/* A wide worker's keys (width > 1): its key table's entries (their
+ * memory is keytab.c's), its keyed queue, and barriers (0.4).
  *
  * The keyed queue: queued tasks pass from the inbox (and the FIFO that
  * cancels flush it into) to kready, the list that lanes take from in
@@ -15,10 +15,80 @@
  * and counted there. Intake moves tasks from the inbox only as far as
  * lanes need.
  *
+ * Barriers: a barrier joins kready's tail and stays its last (tasks that
+ * join kready later go ahead of it: they came before it); intake stops
+ * behind it, and tasks filed behind it (per-key bounds) wait on held. A
+ * lane picks it once it heads kready and no lane holds a batch, so it
+ * runs alone after everything before it; when its batch ends, what
+ * waited goes on.
+ *
  * Everything here needs the scheduler's lock, except uvs__keys_started.
  */
 
 #include "keytab.h"
+
+
+/* ---- the key table ----------------------------------------------------- */
+
+
+uvs__lane_t* uvs__keys_lane(uvs_worker_t* w, unsigned i) {
+  return &w->keys->lanes[i];
+}
+
+
+uvs__kent_t* uvs__kt_lookup(uvs__keys_t* k, uint64_t key) {
+  uvs__kent_t* e;
+
+  for (e = k->buckets[uvs__kt_bucket(k, key)]; e != NULL; e = e->next)
+    if (e->key == key)
+      return e;
+  return NULL;
+}
+
+
+uvs__kent_t* uvs__kt_new(uvs__keys_t* k, uint64_t key) {
+  uvs__kent_t* e;
+
+  if (k->free == NULL && uvs__kt_more(k) != 0)
+    return NULL;
+  e = k->free;
+  k->free = e->next;
+  e->key = key;
+  e->head = NULL;
+  e->taken = 0;
+  e->queued = 0;
+  e->full = 0;
+  e->owed = 0;
+  uvs__queue_init(&e->q);
+  e->next = k->buckets[uvs__kt_bucket(k, key)];
+  k->buckets[uvs__kt_bucket(k, key)] = e;
+  /* More entries than buckets: double them, so that a lookup walks
+   * about one entry (without memory, chains just grow longer). */
+  if (++k->count > k->nbuckets)
+    uvs__kt_grow(k);
+  return e;
+}
+
+
+static void ent_del(uvs__keys_t* k, uvs__kent_t* e) {
+  uvs__kent_t** p;
+
+  for (p = &k->buckets[uvs__kt_bucket(k, e->key)]; *p != e; p = &(*p)->next)
+    ;
+  *p = e->next;
+  e->next = k->free;
+  k->free = e;
+  /* No key active: what grew past the worker's block goes. */
+  if (--k->count == 0 && (k->extra != NULL || k->buckets != k->small))
+    uvs__kt_shrink(k);
+}
+
+
+void uvs__kt_maybe_del(uvs__keys_t* k, uvs__kent_t* e) {
+  if (e->head == NULL && uvs__queue_empty(&e->q) &&
+      __atomic_load_n(&e->queued, __ATOMIC_RELAXED) == 0 && !e->owed)
+    ent_del(k, e);
+}
 
 
 /* ---- the keyed queue --------------------------------------------------- */

@@ -1,5 +1,7 @@
-/* A wide worker's key table (width > 1), with the worker's lanes in the
- * same block.
+/* The memory of a wide worker's key table (width > 1): the block that
+ * holds its lanes, first entries and buckets, made and freed here, and
+ * what grows past it. Lookups and entries come and go in keys.c; they
+ * call here only past the block.
  *
  * The table: an entry per active key, found by exact key in a hash table.
  * Entries come from one free list. Its first entries are in the worker's
@@ -79,7 +81,7 @@ void uvs__keys_attach(uvs_worker_t* w, uvs__keys_t* k) {
 }
 
 
-static void free_extra(uvs__keys_t* k) {
+void uvs__kt_shrink(uvs__keys_t* k) {
   kchunk_t* c;
 
   if (k->buckets != k->small) {
@@ -102,46 +104,19 @@ static void free_extra(uvs__keys_t* k) {
 void uvs__keys_free(uvs_worker_t* w) {
   if (w->keys == NULL)
     return;
-  free_extra(w->keys);
+  uvs__kt_shrink(w->keys);
   uvs__free(w->keys);
   w->keys = NULL;
 }
 
 
-uvs__lane_t* uvs__keys_lane(uvs_worker_t* w, unsigned i) {
-  return &w->keys->lanes[i];
-}
-
-
-static size_t bucket_of(const uvs__keys_t* k, uint64_t key) {
-  /* Fibonacci hashing: the top bits of the product. (Bits from the middle
-   * put keys that count up into a few buckets each: 7 entries walked per
-   * lookup for 100k sequential keys, against 1.3.) */
-  return (size_t) ((key * 0x9e3779b97f4a7c15u) >> k->shift);
-}
-
-
-uvs__kent_t* uvs__kt_lookup(uvs__keys_t* k, uint64_t key) {
-  uvs__kent_t* e;
-
-  for (e = k->buckets[bucket_of(k, key)]; e != NULL; e = e->next)
-    if (e->key == key)
-      return e;
-  return NULL;
-}
-
-
-/* Doubles the table when it holds more entries than buckets, so that a
- * lookup walks about one entry; without memory, chains just grow longer. */
-static void maybe_grow(uvs__keys_t* k) {
+void uvs__kt_grow(uvs__keys_t* k) {
   uvs__kent_t** old;
   uvs__kent_t** nb;
   uvs__kent_t* e;
   size_t oldn;
   size_t i;
 
-  if (k->count <= k->nbuckets)
-    return;
   nb = uvs__calloc(k->nbuckets * 2, sizeof(*nb));
   if (nb == NULL)
     return;
@@ -153,8 +128,8 @@ static void maybe_grow(uvs__keys_t* k) {
   for (i = 0; i < oldn; i++) {
     while ((e = old[i]) != NULL) {
       old[i] = e->next;
-      e->next = k->buckets[bucket_of(k, e->key)];
-      k->buckets[bucket_of(k, e->key)] = e;
+      e->next = k->buckets[uvs__kt_bucket(k, e->key)];
+      k->buckets[uvs__kt_bucket(k, e->key)] = e;
     }
   }
   if (old != k->small)
@@ -164,54 +139,18 @@ static void maybe_grow(uvs__keys_t* k) {
 }
 
 
-uvs__kent_t* uvs__kt_new(uvs__keys_t* k, uint64_t key) {
+int uvs__kt_more(uvs__keys_t* k) {
   kchunk_t* c;
-  uvs__kent_t* e;
   unsigned i;
 
-  if (k->free == NULL) {
-    c = uvs__malloc(sizeof(*c));
-    if (c == NULL)
-      return NULL;
-    c->next = k->extra;
-    k->extra = c;
-    for (i = 0; i < KCHUNK; i++) {
-      c->ent[i].next = k->free;
-      k->free = &c->ent[i];
-    }
+  c = uvs__malloc(sizeof(*c));
+  if (c == NULL)
+    return UV_ENOMEM;
+  c->next = k->extra;
+  k->extra = c;
+  for (i = 0; i < KCHUNK; i++) {
+    c->ent[i].next = k->free;
+    k->free = &c->ent[i];
   }
-  e = k->free;
-  k->free = e->next;
-  e->key = key;
-  e->head = NULL;
-  e->taken = 0;
-  e->queued = 0;
-  e->full = 0;
-  e->owed = 0;
-  uvs__queue_init(&e->q);
-  e->next = k->buckets[bucket_of(k, key)];
-  k->buckets[bucket_of(k, key)] = e;
-  k->count++;
-  maybe_grow(k);
-  return e;
-}
-
-
-static void ent_del(uvs__keys_t* k, uvs__kent_t* e) {
-  uvs__kent_t** p;
-
-  for (p = &k->buckets[bucket_of(k, e->key)]; *p != e; p = &(*p)->next)
-    ;
-  *p = e->next;
-  e->next = k->free;
-  k->free = e;
-  if (--k->count == 0)
-    free_extra(k);
-}
-
-
-void uvs__kt_maybe_del(uvs__keys_t* k, uvs__kent_t* e) {
-  if (e->head == NULL && uvs__queue_empty(&e->q) &&
-      __atomic_load_n(&e->queued, __ATOMIC_RELAXED) == 0 && !e->owed)
-    ent_del(k, e);
+  return 0;
 }

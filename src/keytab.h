@@ -1,8 +1,8 @@
-/* The key table of a wide worker, shared by keys.c (the table: entries by
- * exact key, in the worker's block, growing past it; the keyed queue:
- * kready and the tasks behind each key) and bound.c (per-key bounds, which
- * count tasks into an entry). Private to those two files. Everything here
- * needs the scheduler's lock. */
+/* The key table of a wide worker, shared by keys.c (entries by exact key;
+ * the keyed queue: kready and the tasks behind each key), keytab.c (the
+ * table's memory: the worker's block, growing past it) and bound.c
+ * (per-key bounds, which count tasks into an entry). Private to those
+ * three files. Everything here needs the scheduler's lock. */
 
 #ifndef UVS_KEYTAB_H
 #define UVS_KEYTAB_H
@@ -67,10 +67,23 @@ struct uvs__keys_s {
   uvs__lane_t lanes[];
 };
 
+static inline size_t uvs__kt_bucket(const uvs__keys_t* k, uint64_t key) {
+  /* Fibonacci hashing: the top bits of the product. (Bits from the middle
+   * put keys that count up into a few buckets each: 7 entries walked per
+   * lookup for 100k sequential keys, against 1.3.) */
+  return (size_t) ((key * 0x9e3779b97f4a7c15u) >> k->shift);
+}
+
 /* The entry of key, or NULL. */
 uvs__kent_t* uvs__kt_lookup(uvs__keys_t* k, uint64_t key);
 /* A new entry for key, empty; NULL without memory. */
 uvs__kent_t* uvs__kt_new(uvs__keys_t* k, uint64_t key);
+/* keytab.c, the worker's block and what grows past it: doubles the
+ * buckets; frees the chunks and buckets that grew past the block (no key
+ * active); adds a chunk of entries to the free list (UV_ENOMEM). */
+void uvs__kt_grow(uvs__keys_t* k);
+void uvs__kt_shrink(uvs__keys_t* k);
+int uvs__kt_more(uvs__keys_t* k);
 /* Deletes an entry that holds nothing and owes nothing: idle keys cost
  * no memory. */
 void uvs__kt_maybe_del(uvs__keys_t* k, uvs__kent_t* e);
