@@ -428,15 +428,22 @@ static uvs_task_t* oldest_in_run(uvs_worker_t* w, uvs__kent_t* e) {
 
 
 uvs_task_t* uvs__keys_oldest_of(uvs_worker_t* w, uvs__kent_t* e) {
+  uvs__queue_t* q;
   uvs_task_t* t;
 
   if (e->taken && (t = oldest_in_run(w, e)) != NULL)
     return t;
   if (e->head != NULL && !e->taken)
     return e->head;
-  if (uvs__queue_empty(&e->q))
-    return NULL;
-  return uvs__container_of(e->q.next, uvs_task_t, node);
+  if (!uvs__queue_empty(&e->q))
+    return uvs__container_of(e->q.next, uvs_task_t, node);
+  /* Filed behind a barrier, the key's tasks wait on held (the newest). */
+  for (q = w->keys->held.next; q != &w->keys->held; q = q->next) {
+    t = uvs__container_of(q, uvs_task_t, node);
+    if (uvs__task_key(t) == e->key)
+      return t;
+  }
+  return NULL;
 }
 
 

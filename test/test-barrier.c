@@ -83,9 +83,7 @@ static void teardown(void) {
 
 
 /* A width-N pool worker (N > 1), optionally bounded. */
-static void wide_init(unsigned width,
-                      size_t max_pending,
-                      uvs_full_t on_full) {
+static void wide_init(unsigned width, size_t max_pending, uvs_full_t on_full) {
   uvs_worker_options_t o;
 
   memset(&o, 0, sizeof(o));
@@ -100,7 +98,8 @@ static void raise_peak(int now) {
   int prev;
 
   prev = atomic_load(&peak_running);
-  while (now > prev && !atomic_compare_exchange_weak(&peak_running, &prev, now)) {
+  while (now > prev &&
+         !atomic_compare_exchange_weak(&peak_running, &prev, now)) {
   }
 }
 
@@ -754,5 +753,66 @@ TEST_IMPL(barrier_bounded_wide_reject) {
   teardown();
   test_latch_destroy(&started);
   test_latch_destroy(&release);
+  return 0;
+}
+
+
+/* Per-key bounds file tasks as they are accepted: a barrier's followers
+ * wait on its held list, and a key's oldest there is what DROP_OLDEST
+ * evicts. Several barriers among tasks of ten keys keep their order. */
+TEST_IMPL(barrier_wide_key_bounds) {
+  uvs_worker_options_t o;
+  item_t* t1;
+  item_t* t2;
+  item_t* t3;
+  int i;
+
+  ASSERT_OK(setenv("UV_THREADPOOL_SIZE", "4", 1));
+  setup_opts(0, 0);
+  memset(&o, 0, sizeof(o));
+  o.width = 4;
+  o.key_max_pending = 64;
+  ASSERT_OK(uvs_worker_init_ex(&sched, &worker, UVS_POOL, &o));
+  plan_tasks(30, 10);
+  plan_add(1, 3, 0);
+  plan_tasks(30, 10);
+  plan_add(1, 0, 0);
+  plan_add(1, 5, 0);
+  plan_tasks(30, 10);
+  submit_range(0, nitems);
+  TEST_RUN_UNTIL(&loop, ndone == nitems);
+  check_after();
+  ASSERT_EQ(atomic_load(&barriers_returned), 3);
+  teardown();
+
+  /* Key 7 bounded at 2: the third task of key 7 behind the barrier
+   * evicts the first, which waits on the held list. */
+  memset(items, 0, sizeof(items));
+  nitems = 0;
+  ndone = 0;
+  atomic_store(&nruns, 0);
+  atomic_store(&barriers_started, 0);
+  atomic_store(&barriers_returned, 0);
+  atomic_store(&peak_running, 0);
+  for (i = 0; i < MAXP; i++) atomic_store(&phase_ended[i], 0);
+  setup_opts(0, 0);
+  o.key_max_pending = 2;
+  o.on_full = UVS_FULL_DROP_OLDEST;
+  ASSERT_OK(uvs_worker_init_ex(&sched, &worker, UVS_POOL, &o));
+  plan_add(0, 1, 100);
+  plan_add(1, 7, 0);
+  t1 = plan_add(0, 7, 100);
+  t2 = plan_add(0, 7, 100);
+  t3 = plan_add(0, 7, 100);
+  submit_range(0, nitems);
+  t1->gone = 1;
+  plan_recompute();
+  TEST_RUN_UNTIL(&loop, ndone == nitems);
+  ASSERT_ERR(t1->status, UV_ENOBUFS);
+  ASSERT_EQ(atomic_load(&t1->runs), 0);
+  ASSERT_EQ(run_order[2], t2->id);
+  ASSERT_EQ(run_order[3], t3->id);
+  check_after();
+  teardown();
   return 0;
 }
