@@ -499,6 +499,9 @@ int uvs__worker_init(uvs_sched_t* sched,
  * group or moves its place to one with room, and gets NULL when the next
  * worker is one it served already. dispatch() (loop.c) and a runner
  * (drain.c) both ask here. */
+/* The groups with wide workers wanting lanes, least run_cb time per share
+ * first, into order (UVS__GROUPS_MAX entries); returns how many. */
+unsigned uvs__wide_order(uvs_sched_t* sched, unsigned* order);
 uvs_worker_t* uvs__ready_take(uvs_sched_t* sched,
                               uint64_t epoch,
                               unsigned* group);

@@ -252,17 +252,21 @@ static void lane_work_done(uv_work_t* req, int status) {
  * as far as the cap allows, oldest first; a lane for every task a wide
  * worker could start. Never a guess of how long tasks take. Lock held. */
 static void dispatch(uvs_sched_t* s) {
+  unsigned order[UVS__GROUPS_MAX];
   uvs__queue_t wide;
   uvs__runner_t* r;
   uvs__group_t* g;
   uvs_worker_t* w;
   unsigned group;
+  unsigned n;
   unsigned i;
 
   /* Each listed wide worker once: one that lists itself again (it rings
-   * for a dispatch) waits for the next call. */
-  for (i = 0; i < s->ngroups && uvs__room(s); i++) {
-    g = &s->groups[i];
+   * for a dispatch) waits for the next call. Groups in the order their
+   * shares say (uvs__wide_order). */
+  n = uvs__wide_order(s, order);
+  for (i = 0; i < n && uvs__room(s); i++) {
+    g = &s->groups[order[i]];
     uvs__queue_init(&wide);
     uvs__queue_move(&g->wide_ready, &wide);
     while (uvs__group_room(s, g) && !uvs__queue_empty(&wide)) {

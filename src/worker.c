@@ -135,6 +135,23 @@ static uvs__group_t* next_group(uvs_sched_t* s, uvs__group_t* held) {
 }
 
 
+unsigned uvs__wide_order(uvs_sched_t* s, unsigned* order) {
+  unsigned n;
+  unsigned i;
+  unsigned j;
+
+  for (n = 0, i = 0; i < s->ngroups; i++) {
+    if (uvs__queue_empty(&s->groups[i].wide_ready))
+      continue;
+    for (j = n++; j > 0 && s->groups[order[j - 1]].vtime > s->groups[i].vtime;
+         j--)
+      order[j] = order[j - 1];
+    order[j] = i;
+  }
+  return n;
+}
+
+
 uvs_worker_t* uvs__ready_take(uvs_sched_t* s, uint64_t epoch, unsigned* group) {
   uvs__group_t* held;
   uvs__group_t* g;

@@ -826,7 +826,8 @@ static uvs_group_stats_t sh_snap[4][2];
 static uint64_t sh_snap_longest[4];
 /* The longest run_cb since the loop thread last reset it, in ns. */
 static _Atomic uint64_t sh_longest;
-static int sh_stretched; /* a window ended before it was clean */
+static int sh_stretched;  /* a window ended before it was clean */
+static unsigned sh_width; /* above 1: wide workers, a key per task */
 
 static void feed_run(uvs_task_t* task) {
   feed_t* t;
@@ -873,6 +874,7 @@ static void feed_setup(unsigned cap,
                        unsigned shares_b,
                        uv_timer_cb tick) {
   uvs_group_options_t g[2];
+  uvs_worker_options_t wo;
   uvs_sched_options_t o;
   int k;
   int i;
@@ -887,11 +889,15 @@ static void feed_setup(unsigned cap,
   ASSERT_OK(uvs_sched_init(&loop, &sched, &o));
   for (k = 0; k < 2; k++)
     for (i = 0; i < SH_W; i++) {
-      ASSERT_OK(worker_in(&sh_w[k][i], UVS_POOL, (unsigned) k));
+      memset(&wo, 0, sizeof(wo));
+      wo.group = (unsigned) k;
+      wo.width = sh_width;
+      ASSERT_OK(uvs_worker_init_ex(&sched, &sh_w[k][i], UVS_POOL, &wo));
       for (j = 0; j < SH_T; j++) {
         sh_t[k][i][j].w = &sh_w[k][i];
         sh_t[k][i][j].group = k;
         ASSERT_OK(uvs_task_init(&sh_t[k][i][j].task, feed_run, feed_done));
+        ASSERT_OK(uvs_task_set_key(&sh_t[k][i][j].task, (uint64_t) j + 1));
       }
     }
   feed_start(0);
@@ -1013,6 +1019,15 @@ TEST_IMPL(groups_shares_one_to_three) {
 
 
 TEST_IMPL(groups_shares_one_to_three_cap_two) {
+  return shares_ratio(2);
+}
+
+
+/* The same with wide workers (width 2): their lanes are drains too, and
+ * go to the group with the least run_cb time per share, whatever the
+ * groups' order. */
+TEST_IMPL(groups_shares_one_to_three_wide) {
+  sh_width = 2;
   return shares_ratio(2);
 }
 
