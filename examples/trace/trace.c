@@ -99,9 +99,9 @@ static tbuf_t* take_buf(trace_t* tr) {
 
 
 /* trace: hook begins */
-/* The hook: on the thread of the event, so it must not block. Two atomic
- * adds (the sequence number; the buffer's count, a plain store since only
- * this thread writes it) and a copy. It calls no uvs_ function. */
+/* The hook: on the thread of the event, so it must not block. One atomic
+ * add (the sequence number), a copy, and a release store of the buffer's
+ * count, which only this thread writes. It calls no uvs_ function. */
 static void trace_hook(uvs_worker_t* worker,
                        uvs_task_t* task,
                        uvs_event_t event,
