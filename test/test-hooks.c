@@ -135,14 +135,14 @@ static void task_seq(uvs_task_t* task, char* buf, size_t size, int* last) {
 }
 
 
-#define ASSERT_SEQ(task, want)                                         \
-  do {                                                                 \
-    char seq_[256];                                                    \
-    int last_;                                                         \
-    task_seq((task), seq_, sizeof(seq_), &last_);                      \
-    if (strcmp(seq_, (want)) != 0)                                     \
+#define ASSERT_SEQ(task, want)                                             \
+  do {                                                                     \
+    char seq_[256];                                                        \
+    int last_;                                                             \
+    task_seq((task), seq_, sizeof(seq_), &last_);                          \
+    if (strcmp(seq_, (want)) != 0)                                         \
       test_failed(__FILE__, __LINE__, "events of %s: \"%s\", want \"%s\"", \
-                  #task, seq_, (want));                                \
+                  #task, seq_, (want));                                    \
   } while (0)
 
 
@@ -196,8 +196,8 @@ static int count_of(uvs_worker_t* worker, uvs_task_t* task, uvs_event_t event) {
   n = 0;
   uv_mutex_lock(&ev_mu);
   for (i = 0; i < nev; i++)
-    n += evs[i].worker == worker && evs[i].task == task &&
-         evs[i].event == event;
+    n +=
+        evs[i].worker == worker && evs[i].task == task && evs[i].event == event;
   uv_mutex_unlock(&ev_mu);
   return n;
 }
@@ -210,7 +210,8 @@ static int count_ev(uvs_worker_t* worker, uvs_event_t event) {
 
   n = 0;
   uv_mutex_lock(&ev_mu);
-  for (i = 0; i < nev; i++) n += evs[i].worker == worker && evs[i].event == event;
+  for (i = 0; i < nev; i++)
+    n += evs[i].worker == worker && evs[i].event == event;
   uv_mutex_unlock(&ev_mu);
   return n;
 }
@@ -297,7 +298,10 @@ static void plain_done(uvs_task_t* task, int status) {
 }
 
 
-static void item_init(item_t* it, uvs_worker_t* w, uvs_run_cb run, uvs_done_cb done) {
+static void item_init(item_t* it,
+                      uvs_worker_t* w,
+                      uvs_run_cb run,
+                      uvs_done_cb done) {
   memset(it, 0, sizeof(*it));
   it->worker = w;
   ASSERT_OK(uvs_task_init(&it->task, run, done));

@@ -925,8 +925,7 @@ TEST_IMPL(suspend_wide_from_run_cb) {
   wide_worker(&w);
   wide_w = &w;
   for (i = 0; i < 4; i++) {
-    test_gate_init(&gates[i], &started, i == 0 ? &rel_a : &rel_b, 1,
-                   gate_done);
+    test_gate_init(&gates[i], &started, i == 0 ? &rel_a : &rel_b, 1, gate_done);
     if (i == 0)
       gates[0].before_end = suspend_before_end;
     ASSERT_OK(uvs_task_set_key(&gates[i].task, (uint64_t) (100 + i)));
