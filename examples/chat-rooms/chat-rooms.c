@@ -859,8 +859,6 @@ static void reload_done(uvs_task_t* task, int status) {
     reload_start(s);
   }
 }
-
-
 /* [reload-barrier-end] */
 
 
