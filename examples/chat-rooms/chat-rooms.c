@@ -52,7 +52,8 @@
  * their senders stopped, and those read again. So a room's memory is
  * bounded however many clients flood it, and nothing is dropped. The
  * worker as a whole is bounded too (max_pending = max-conns x max-inflight,
- * never reached by construction: a UV_EAGAIN is a full room).
+ * and one for a reload barrier, never reached by construction: a UV_EAGAIN
+ * is a full room).
  *
  * The configuration (--config FILE: words to mask with '*', one a line) is
  * read by the message tasks of every room, on up to four pool threads at
