@@ -4,7 +4,7 @@
  *   chat-rooms [--host ADDR] [--port N] [--rooms N] [--max-conns N]
  *              [--max-line BYTES] [--idle-ms MS] [--max-inflight N]
  *              [--room-queue N] [--max-outq BYTES] [--sndbuf BYTES]
- *              [--work-us US]
+ *              [--work-us US] [--config FILE]
  *
  * Protocol, one line at a time (LF or CRLF):
  *   client  JOIN <room> <nick>   first line; room 1..--rooms, nick 1..16 of
@@ -16,6 +16,11 @@
  *                                seq counts the room's messages from 1, hash
  *                                is the room's running FNV-1a 64 digest (16
  *                                hex digits) over the texts so far
+ *   server  CONFIG <gen>         to every member of every room once a
+ *                                reloaded configuration is in force: every
+ *                                MSG before it was filtered with the
+ *                                previous one, every MSG after it with this
+ *                                one (generation gen, counted from 1)
  *   server  ERR <why>            then the server closes the connection: full
  *                                (connection cap), line too long, idle (no
  *                                input for --idle-ms), expected JOIN...
@@ -47,12 +52,25 @@
  * their senders stopped, and those read again. So a room's memory is
  * bounded however many clients flood it, and nothing is dropped. The
  * worker as a whole is bounded too (max_pending = max-conns x max-inflight,
- * never reached by construction: a UV_EAGAIN is a full room).
+ * and one for a reload barrier, never reached by construction: a UV_EAGAIN
+ * is a full room).
+ *
+ * The configuration (--config FILE: words to mask with '*', one a line) is
+ * read by the message tasks of every room, on up to four pool threads at
+ * once. SIGHUP reloads it: the loop thread reads the file, and a barrier on
+ * the worker (uvs_schedule_barrier) swaps the pointer and frees the old
+ * configuration. The barrier runs alone, after every message accepted
+ * before it has returned and before any accepted after it starts, so no
+ * message is filtered half with the old words and half with the new, and
+ * none reads the freed configuration. Its done_cb comes after the done_cb
+ * of every earlier message and before that of every later one, so the
+ * CONFIG line it sends to the members sits exactly between the two.
  *
  * On SIGINT or SIGTERM it closes everything, prints its counters and the
  * worker's metrics to stderr, and exits 0 only if every check held (no two
- * tasks of a room at once, every room's messages handed back in order),
- * nothing leaked and uv_loop_close() succeeded.
+ * tasks of a room at once, every room's messages handed back in order, no
+ * message run beside a barrier or handed back under another configuration
+ * than the one it ran with), nothing leaked and uv_loop_close() succeeded.
  */
 
 #include <uvsched.h>
@@ -70,10 +88,21 @@
 #define LINGER_MS 2000 /* how long an ERR line may take to leave */
 #define FNV_OFFSET 0xcbf29ce484222325ull
 #define FNV_PRIME 0x100000001b3ull
+#define MAX_WORDS 32 /* in a configuration */
+#define MAX_WORD 32
 
 typedef struct server_s server_t;
 typedef struct conn_s conn_t;
 typedef struct room_s room_t;
+
+/* What every message task reads: the server's configuration. Replaced
+ * whole on a reload, never changed in place. */
+typedef struct config_s {
+  uint64_t gen; /* 1 for the first, then one more per reload */
+  unsigned nwords;
+  size_t len[MAX_WORDS];
+  char word[MAX_WORDS][MAX_WORD + 1];
+} config_t;
 
 struct room_s {
   uint64_t id;
@@ -107,6 +136,7 @@ typedef struct msg_s {
   room_t* room;
   wbuf_t* out; /* made by run_cb */
   uint64_t seq;
+  uint64_t gen; /* the configuration run_cb filtered it with */
   size_t len;
   char nick[MAX_NICK + 1];
   char text[];
@@ -141,11 +171,21 @@ struct server_s {
   uv_tcp_t listener;
   uv_signal_t sigint;
   uv_signal_t sigterm;
+  uv_signal_t sighup; /* with --config: reload */
   uvs_sched_t sched;
   uvs_worker_t worker;
   room_t* rooms;
   conn_t* conns;
   int stopping;
+  /* Read by message tasks on pool threads; replaced only by a reload
+   * barrier's run_cb, which runs alone (reload_run). */
+  config_t* config;
+  /* reloads, loop thread */
+  const char* config_path;
+  uint64_t next_gen;      /* the next configuration's */
+  uint64_t announced_gen; /* the one the last CONFIG line announced */
+  int reloading;          /* a reload barrier is in flight */
+  int reload_again;       /* SIGHUP meanwhile: read the file once more */
   /* options */
   unsigned nrooms;
   unsigned max_conns;
@@ -172,8 +212,12 @@ struct server_s {
   uint64_t live_conns;
   uint64_t live_msgs;
   uint64_t order_violations;
+  uint64_t reloads;      /* configurations put in force */
+  uint64_t reload_fails; /* a file that could not be read or parsed */
+  uint64_t stale_config; /* a message handed back under another generation */
   /* counters, pool threads */
   atomic_uint_fast64_t overlaps;
+  atomic_uint_fast64_t barrier_overlaps; /* a reload ran beside a message */
   atomic_uint running;
   atomic_uint max_running;
 };
@@ -220,6 +264,7 @@ static void conn_drop_kept(conn_t* c);
 static void on_linger(uv_timer_t* t);
 static void on_alloc(uv_handle_t* h, size_t suggested, uv_buf_t* buf);
 static void on_read(uv_stream_t* stream, ssize_t nread, const uv_buf_t* buf);
+static void reload_start(server_t* s);
 
 
 static void conn_unref(conn_t* c) {
@@ -512,6 +557,23 @@ static uint64_t fnv1a(uint64_t h, const char* p, size_t n) {
 }
 
 
+/* Masks every word of cfg in text with '*'. */
+static void config_filter(const config_t* cfg, char* text, size_t len) {
+  unsigned k;
+  size_t n;
+  size_t i;
+
+  for (k = 0; k < cfg->nwords; k++) {
+    n = cfg->len[k];
+    for (i = 0; i + n <= len; i++)
+      if (memcmp(text + i, cfg->word[k], n) == 0) {
+        memset(text + i, '*', n);
+        i += n - 1;
+      }
+  }
+}
+
+
 static void spin_us(unsigned us) {
   uint64_t end = uv_hrtime() + (uint64_t) us * 1000;
 
@@ -537,11 +599,13 @@ static int msg_schedule(conn_t* c, msg_t* m) {
 
 
 /* A pool thread. The room's tasks never overlap and each happens-before
- * the next (same key), so seq and hash need no lock. */
+ * the next (same key), so seq and hash need no lock. The configuration
+ * needs none either: only a barrier replaces it (reload_run). */
 static void msg_run(uvs_task_t* task) {
   msg_t* m = (msg_t*) task;
   room_t* r = m->room;
   server_t* s = &server;
+  const config_t* cfg = s->config;
   unsigned now;
   unsigned max;
   int n;
@@ -554,6 +618,8 @@ static void msg_run(uvs_task_t* task) {
     ;
   if (s->work_us != 0)
     spin_us(s->work_us);
+  config_filter(cfg, m->text, m->len);
+  m->gen = cfg->gen;
   m->seq = ++r->seq;
   r->hash = fnv1a(r->hash, m->text, m->len);
   m->out = wbuf_new(m->len + MAX_NICK + 80);
@@ -579,6 +645,9 @@ static void msg_done(uvs_task_t* task, int status) {
     if (m->seq != r->delivered + 1)
       s->order_violations++;
     r->delivered = m->seq;
+    /* Every message between two CONFIG lines ran with the same one. */
+    if (m->gen != s->announced_gen)
+      s->stale_config++;
     s->delivered++;
     for (member = r->members; member != NULL; member = next) {
       next = member->rnext; /* a slow member leaves the list */
@@ -685,6 +754,153 @@ static void on_room_space(uvs_worker_t* worker, uint64_t key) {
     c->wnext = NULL;
     conn_parse(c); /* the lines behind the kept one, then reads */
   }
+}
+
+
+/* ---- configuration reloads -----------------------------------------------
+ */
+
+/* Reads path (one word a line; blank lines and '#' lines skipped) into a
+ * new configuration of generation gen, or NULL. The loop thread: a file of
+ * a few words, read in one go. */
+static config_t* config_load(const char* path, uint64_t gen) {
+  config_t* cfg;
+  char line[256];
+  size_t n;
+  FILE* f;
+  int ok = 1;
+
+  f = fopen(path, "r");
+  if (f == NULL) {
+    fprintf(stderr, "chat-rooms: %s: cannot open\n", path);
+    return NULL;
+  }
+  cfg = xmalloc(sizeof(*cfg));
+  memset(cfg, 0, sizeof(*cfg));
+  cfg->gen = gen;
+  while (ok && fgets(line, sizeof(line), f) != NULL) {
+    n = strcspn(line, "\r\n");
+    if (line[n] == '\0' && !feof(f))
+      ok = 0; /* longer than the buffer */
+    line[n] = '\0';
+    if (n == 0 || line[0] == '#')
+      continue;
+    if (n > MAX_WORD || cfg->nwords == MAX_WORDS || strchr(line, ' ') != NULL)
+      ok = 0;
+    else {
+      memcpy(cfg->word[cfg->nwords], line, n + 1);
+      cfg->len[cfg->nwords++] = n;
+    }
+  }
+  if (ferror(f))
+    ok = 0;
+  fclose(f);
+  if (!ok) {
+    fprintf(stderr,
+            "chat-rooms: %s: expected at most %d words of at most %d "
+            "bytes, one a line\n",
+            path, MAX_WORDS, MAX_WORD);
+    free(cfg);
+    return NULL;
+  }
+  return cfg;
+}
+
+
+/* [reload-barrier] */
+typedef struct reload_s {
+  uvs_task_t task; /* first: a uvs_task_t* is a reload_t* */
+  config_t* cfg;   /* the new configuration, until run_cb puts it in */
+  uint64_t gen;
+} reload_t;
+
+
+/* A pool thread, alone: every message accepted before this barrier has
+ * returned from msg_run, and none accepted after it has started, so no
+ * task holds s->config. Swap it, and free the old one. */
+static void reload_run(uvs_task_t* task) {
+  reload_t* rl = (reload_t*) task;
+  server_t* s = &server;
+  config_t* old = s->config;
+
+  if (atomic_load(&s->running) != 0)
+    atomic_fetch_add(&s->barrier_overlaps, 1); /* never: it runs alone */
+  s->config = rl->cfg;
+  rl->cfg = NULL;
+  free(old);
+}
+
+
+/* The loop thread, after the done_cb of every message that ran with the
+ * old configuration and before that of any that runs with the new one:
+ * the CONFIG line falls exactly between them at every member. */
+static void reload_done(uvs_task_t* task, int status) {
+  reload_t* rl = (reload_t*) task;
+  server_t* s = &server;
+  char line[64];
+  conn_t* c;
+  conn_t* next;
+
+  if (status == 0) {
+    s->reloads++;
+    s->announced_gen = rl->gen;
+    snprintf(line, sizeof(line), "CONFIG %" PRIu64 "\n", rl->gen);
+    for (c = s->conns; c != NULL; c = next) {
+      next = c->next; /* a slow member leaves the list */
+      if (c->room != NULL && !c->failing)
+        conn_say(c, line, 0);
+    }
+  } else {
+    free(rl->cfg); /* cancelled by the close: never put in force */
+  }
+  free(rl);
+  s->reloading = 0;
+  if (s->reload_again && !s->stopping) {
+    s->reload_again = 0;
+    reload_start(s);
+  }
+}
+/* [reload-barrier-end] */
+
+
+/* [reload-schedule] */
+/* SIGHUP: read the file now, put it in force with a barrier. One barrier
+ * at a time; a SIGHUP meanwhile reads the file again once it is done. */
+static void reload_start(server_t* s) {
+  reload_t* rl;
+  config_t* cfg;
+  int rc;
+
+  if (s->reloading) {
+    s->reload_again = 1;
+    return;
+  }
+  cfg = config_load(s->config_path, s->next_gen);
+  if (cfg == NULL) {
+    s->reload_fails++; /* the old configuration stays */
+    return;
+  }
+  rl = xmalloc(sizeof(*rl));
+  uvs_task_init(&rl->task, reload_run, reload_done);
+  rl->cfg = cfg;
+  rl->gen = cfg->gen;
+  rc = uvs_schedule_barrier(&s->worker, &rl->task);
+  if (rc != 0) {
+    fprintf(stderr, "chat-rooms: reload: %s\n", uv_strerror(rc));
+    s->reload_fails++;
+    free(cfg);
+    free(rl);
+    return;
+  }
+  s->next_gen++;
+  s->reloading = 1;
+}
+/* [reload-schedule-end] */
+
+
+static void on_sighup(uv_signal_t* handle, int signum) {
+  (void) signum;
+  reload_start(handle->data);
 }
 
 
@@ -848,8 +1064,11 @@ static void server_stop(server_t* s) {
   uv_close((uv_handle_t*) &s->listener, NULL);
   uv_close((uv_handle_t*) &s->sigint, NULL);
   uv_close((uv_handle_t*) &s->sigterm, NULL);
+  if (s->config_path != NULL)
+    uv_close((uv_handle_t*) &s->sighup, NULL);
   while (s->conns != NULL) conn_close(s->conns);
-  /* Messages not yet run are handed back with UV_ECANCELED. */
+  /* Messages not yet run, and a reload not yet run, are handed back with
+   * UV_ECANCELED. */
   rc = uvs_sched_close(&s->sched, UVS_CANCEL, NULL);
   if (rc != 0)
     fail("uvs_sched_close", rc);
@@ -869,6 +1088,7 @@ static void usage(FILE* f) {
       "                  [--max-conns N] [--max-line BYTES] [--idle-ms MS]\n"
       "                  [--max-inflight N] [--room-queue N]\n"
       "                  [--max-outq BYTES] [--sndbuf BYTES] [--work-us US]\n"
+      "                  [--config FILE]\n"
       "  --max-inflight N  messages of one connection in flight before it "
       "stops\n"
       "                    reading (default 32)\n"
@@ -876,7 +1096,9 @@ static void usage(FILE* f) {
       "sender\n"
       "                    that meets a full room stops reading until it "
       "falls\n"
-      "                    to N/2, other rooms go on (default 64)\n");
+      "                    to N/2, other rooms go on (default 64)\n"
+      "  --config FILE     words to mask with '*' in messages, one a line;\n"
+      "                    SIGHUP reads it again\n");
 }
 
 
@@ -942,6 +1164,8 @@ int main(int argc, char** argv) {
       s->sndbuf = (int) num_arg("sndbuf", v, 0, 1 << 26);
     else if (strcmp(argv[i], "--work-us") == 0)
       s->work_us = (unsigned) num_arg("work-us", v, 0, 1000000);
+    else if (strcmp(argv[i], "--config") == 0)
+      s->config_path = v;
     else {
       usage(stderr);
       return 2;
@@ -952,6 +1176,18 @@ int main(int argc, char** argv) {
   atomic_init(&s->overlaps, 0);
   atomic_init(&s->running, 0);
   atomic_init(&s->max_running, 0);
+  atomic_init(&s->barrier_overlaps, 0);
+  if (s->config_path != NULL) {
+    s->config = config_load(s->config_path, 1);
+    if (s->config == NULL)
+      return 2;
+  } else {
+    s->config = xmalloc(sizeof(*s->config));
+    memset(s->config, 0, sizeof(*s->config));
+    s->config->gen = 1; /* no words */
+  }
+  s->announced_gen = 1;
+  s->next_gen = 2;
 
   s->rooms = calloc(s->nrooms, sizeof(*s->rooms));
   if (s->rooms == NULL)
@@ -970,7 +1206,8 @@ int main(int argc, char** argv) {
     fail("uvs_sched_init", rc);
   memset(&wo, 0, sizeof(wo));
   wo.width = WIDTH;
-  wo.max_pending = (size_t) s->max_conns * s->max_inflight;
+  /* And one reload barrier: a UV_EAGAIN is still only a full room. */
+  wo.max_pending = (size_t) s->max_conns * s->max_inflight + 1;
   wo.on_full = UVS_FULL_REJECT;
   wo.metrics = 1;
   /* Backpressure per room: a full room refuses, alone (UV_EAGAIN). */
@@ -1003,6 +1240,12 @@ int main(int argc, char** argv) {
     rc = uv_signal_init(&s->loop, &s->sigterm);
   if (rc == 0)
     rc = uv_signal_start(&s->sigterm, on_signal, SIGTERM);
+  if (rc == 0 && s->config_path != NULL) {
+    s->sighup.data = s;
+    rc = uv_signal_init(&s->loop, &s->sighup);
+    if (rc == 0)
+      rc = uv_signal_start(&s->sighup, on_sighup, SIGHUP);
+  }
   if (rc != 0)
     fail("uv_signal_start", rc);
 
@@ -1014,6 +1257,7 @@ int main(int argc, char** argv) {
   uv_run(&s->loop, UV_RUN_DEFAULT);
   rc = uv_loop_close(&s->loop);
   ok = rc == 0 && atomic_load(&s->overlaps) == 0 && s->order_violations == 0 &&
+       atomic_load(&s->barrier_overlaps) == 0 && s->stale_config == 0 &&
        s->live_conns == 0 && s->live_msgs == 0;
   fprintf(stderr,
           "chat-rooms: accepted=%" PRIu64 " refused=%" PRIu64
@@ -1021,14 +1265,21 @@ int main(int argc, char** argv) {
           " cancelled=%" PRIu64 " errors=%" PRIu64 " slow_dropped=%" PRIu64
           " read_stops=%" PRIu64 " room_stalls=%" PRIu64 " room_wakes=%" PRIu64
           " max_parallel=%u\n"
+          "chat-rooms: reloads=%" PRIu64 " reload_fails=%" PRIu64
+          " config_gen=%" PRIu64 " barrier_overlaps=%" PRIu64
+          " stale_config=%" PRIu64
+          "\n"
           "chat-rooms: overlaps=%" PRIu64 " order_violations=%" PRIu64
           " live_conns=%" PRIu64 " live_msgs=%" PRIu64 " loop_close=%s: %s\n",
           s->accepted, s->refused, s->messages, s->delivered, s->lines_out,
           s->cancelled, s->errors, s->slow_dropped, s->read_stops,
           s->room_stalls, s->room_wakes, atomic_load(&s->max_running),
+          s->reloads, s->reload_fails, s->config->gen,
+          (uint64_t) atomic_load(&s->barrier_overlaps), s->stale_config,
           (uint64_t) atomic_load(&s->overlaps), s->order_violations,
           s->live_conns, s->live_msgs, rc == 0 ? "ok" : uv_err_name(rc),
           ok ? "ok" : "FAILED");
+  free(s->config);
   free(s->rooms);
   return ok ? 0 : 1;
 }

@@ -26,6 +26,19 @@
           10 messages waits 2 s for its room without being read, and is
           not closed as idle meanwhile (it pings every 100 ms, read once
           the room has space); once it stops pinging it is
+  reload  --config FILE, 8 rooms x 2 clients each flooding 500 messages
+          ("m NICK I alpha beta gamma"), and 3 SIGHUPs while they are in
+          flight, each with new words to mask: every member gets a CONFIG
+          line per reload, at the same place among its room's messages at
+          every member; every message before CONFIG g is masked with the
+          words of generation g - 1 and every one after with those of g
+          (no message filtered half and half), numbered and chained as
+          always, none lost; every generation ran messages of at least
+          half the rooms (the reloads came under load); the
+          server reports reloads=3, no message run beside a barrier
+          (barrier_overlaps) and none handed back under another generation
+          (stale_config); the ASan build would catch a task reading a
+          freed configuration
 
   test_chat.py NAME --server BUILDDIR/examples/chat-rooms/chat-rooms
   test_chat.py rooms --rooms 16 --per-room 2 --messages 300 --server ...
@@ -37,11 +50,13 @@ fails the test. Every socket has a timeout, every loop a bound. Exit status:
 """
 
 import argparse
+import os
 import re
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -480,8 +495,149 @@ def test_room_stall(binary, room_queue=8, n=10, work_ms=500, idle_ms=1000):
     return 0
 
 
+# reload: the words each configuration generation masks.
+RELOAD_WORDS = {1: ["alpha"], 2: ["beta"], 3: ["gamma", "alpha"],
+                4: ["beta", "gamma"]}
+
+
+def masked(gen, text):
+    for w in RELOAD_WORDS[gen]:
+        text = text.replace(w, "*" * len(w))
+    return text
+
+
+def write_config(path, gen):
+    tmp = path + ".new"
+    with open(tmp, "w") as f:
+        f.write("# generation %d\n\n" % gen)
+        f.write("".join(w + "\n" for w in RELOAD_WORDS[gen]))
+    os.replace(tmp, path)
+
+
+def check_reload_room(room, logs, senders, per, last_gen):
+    """logs: {nick: [lines]} of one room's members, MSG and CONFIG lines.
+    Returns {gen: messages} for the room."""
+    first = None
+    by_gen = {}
+    for nick, lines in logs.items():
+        h = FNV_OFFSET
+        gen = 1
+        seq = 0
+        sent = {s: 0 for s in senders}
+        by_gen = {}
+        for line in lines:
+            if line.startswith("CONFIG "):
+                g = int(line.split()[1])
+                check(g == gen + 1, "%s: CONFIG %d after generation %d" %
+                      (nick, g, gen))
+                gen = g
+                continue
+            parts = line.split(" ", 5)
+            check(len(parts) == 6 and parts[0] == "MSG", "bad line %r" % line)
+            check(int(parts[1]) == room, "%s in room %d got %r" %
+                  (nick, room, line))
+            seq += 1
+            check(int(parts[2]) == seq, "%s: seq %s at %d" %
+                  (nick, parts[2], seq))
+            h = fnv1a(h, parts[5].encode())
+            check(int(parts[3], 16) == h, "%s: digest chain broken at %d" %
+                  (nick, seq))
+            sender = parts[4]
+            check(sender in sent, "%s: unknown sender %r" % (nick, sender))
+            want = masked(gen, "m %s %d alpha beta gamma" %
+                          (sender, sent[sender]))
+            check(parts[5] == want, "%s: %r under generation %d, want %r" %
+                  (nick, parts[5], gen, want))
+            sent[sender] += 1
+            by_gen[gen] = by_gen.get(gen, 0) + 1
+        check(gen == last_gen, "%s: ended with generation %d, not %d" %
+              (nick, gen, last_gen))
+        check(seq == len(senders) * per, "%s in room %d got %d of %d "
+              "messages" % (nick, room, seq, len(senders) * per))
+        if first is None:
+            first = lines
+        check(lines == first, "%s saw room %d in another order" % (nick, room))
+    return by_gen
+
+
+def test_reload(binary, rooms=8, per_room=2, per=500, reloads=3):
+    tmpdir = tempfile.TemporaryDirectory()
+    path = os.path.join(tmpdir.name, "words")
+    write_config(path, 1)
+    server = Server(binary, "--rooms", str(rooms), "--work-us", "300",
+                    "--config", path)
+    try:
+        clients = {}
+        for r in range(1, rooms + 1):
+            for k in range(per_room):
+                nick = "r%du%d" % (r, k)
+                c = Client(server.port)
+                c.join(r, nick)
+                clients[nick] = (r, c)
+        want = per_room * per + reloads  # MSG lines and CONFIG lines
+        logs = {nick: [] for nick in clients}
+        errors = []
+        readers = [reader(c, want, logs[nick], errors, nick)
+                   for nick, (_, c) in clients.items()]
+        for nick, (_, c) in clients.items():
+            c.send(b"".join(("m %s %d alpha beta gamma\n" % (nick, i))
+                            .encode() for i in range(per)))
+        # Reload while the rooms are busy: when the watched member has
+        # seen a fifth, two fifths, three fifths of its room's messages,
+        # and only once it has seen the previous reload's CONFIG line.
+        watched = logs["r1u0"]
+        deadline = time.monotonic() + TIMEOUT * 3
+        for g in range(2, reloads + 2):
+            mark = per_room * per * (g - 1) // (reloads + 2)
+            while (sum(1 for x in list(watched) if x.startswith("MSG")) <
+                   mark or ("CONFIG %d" % (g - 1) not in watched and g > 2)):
+                check(time.monotonic() < deadline and not errors,
+                      "stuck before reload %d: %s" % (g, "; ".join(errors)))
+                time.sleep(0.002)
+            write_config(path, g)
+            server.proc.send_signal(signal.SIGHUP)
+        for t in readers:
+            t.join(TIMEOUT * 3)
+            check(not t.is_alive(), "a reader hung")
+        check(not errors, "; ".join(errors))
+        total = {}
+        busy = {}  # generation: rooms that ran messages with it
+        for r in range(1, rooms + 1):
+            members = [n for n, (rr, _) in clients.items() if rr == r]
+            by_gen = check_reload_room(r, {n: logs[n] for n in members},
+                                       members, per, reloads + 1)
+            for g, n in by_gen.items():
+                total[g] = total.get(g, 0) + n
+                busy[g] = busy.get(g, 0) + 1
+        print("reload: %d rooms x %d clients x %d messages, %d reloads; "
+              "messages (rooms) per generation: %s" %
+              (rooms, per_room, per, reloads,
+               ", ".join("%d: %d (%d)" % (g, total[g], busy[g])
+                         for g in sorted(total))))
+        # Each barrier came while messages of many rooms were in flight:
+        # every generation, the first and the last too, ran messages of
+        # at least half the rooms.
+        check(sorted(total) == list(range(1, reloads + 2)),
+              "a generation ran no message: %s" % total)
+        check(min(busy.values()) >= rooms // 2,
+              "a generation ran messages of few rooms: %s" % busy)
+        for _, c in clients.values():
+            c.close()
+    finally:
+        err = server.stop()
+        tmpdir.cleanup()
+    check(server_figure(err, "reloads") == reloads, "reloads is not %d" %
+          reloads)
+    check(server_figure(err, "config_gen") == reloads + 1, "config_gen")
+    check(server_figure(err, "reload_fails") == 0, "a reload failed")
+    check(server_figure(err, "barrier_overlaps") == 0, "barrier_overlaps")
+    check(server_figure(err, "stale_config") == 0, "stale_config")
+    return 0
+
+
 TESTS = {"rooms": test_rooms, "limits": test_limits, "slow": test_slow,
-         "room-flood": test_room_flood, "room-stall": test_room_stall}
+         "room-flood": test_room_flood, "room-stall": test_room_stall,
+         "reload": test_reload}
 
 
 def main():
