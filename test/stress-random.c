@@ -212,15 +212,16 @@ typedef struct {
   long accepts;
   atomic_long dones;
   /* 0.4 */
-  int barrier;         /* this custody is a barrier's */
-  long run_idx;        /* wide: start order of its last run */
-  atomic_int h_state;  /* hook: H_IDLE, H_HELD, H_RUNNING */
-  atomic_int h_credit; /* one-shot runs owed */
+  int barrier;  /* this custody is a barrier's */
+  long run_idx; /* wide: start order of its last run */
+  /* Hook: in custody (ACCEPTED to HANDED_BACK); runs between STARTED and
+   * ENDED (more than one when a run scheduled it again and it started
+   * elsewhere before that run returned); one-shot runs owed. */
+  atomic_int h_held;
+  atomic_int h_running;
+  atomic_int h_credit;
   atomic_long h_accepts;
-  uv_thread_t h_thread; /* where STARTED came */
 } stask_t;
-
-enum { H_IDLE, H_HELD, H_RUNNING };
 
 typedef struct {
   uint64_t rng;
@@ -280,6 +281,11 @@ static atomic_long h_post_dropped[NSCHED];
 static atomic_long post_runs_s[NSCHED];
 static stask_t* h_expect;
 static int h_expect_status;
+/* Per thread: the task whose STARTED came and whose run_cb has not been
+ * entered yet; whose run_cb runs; whose run_cb returned, ENDED not come. */
+static _Thread_local stask_t* tl_started;
+static _Thread_local stask_t* tl_running;
+static _Thread_local stask_t* tl_ended;
 
 static uint64_t start_ms;
 static uint64_t end_ms;
@@ -459,8 +465,9 @@ static void run_cb(uvs_task_t* task) {
   barrier = t->barrier;
   if (hooked[sl->sched]) {
     /* STARTED came right before, on this thread. */
-    ASSERT_EQ(atomic_load(&t->h_state), H_RUNNING);
-    ASSERT(test_on_thread(t->h_thread));
+    ASSERT_PTR_EQ(tl_started, t);
+    tl_started = NULL;
+    tl_running = t;
   }
   enter_run(sl, t->kidx);
   check_may_start(sl);
@@ -521,6 +528,10 @@ static void run_cb(uvs_task_t* task) {
   atomic_fetch_add(&task_runs, 1);
   barrier_leave(sl, t->owner, barrier);
   leave_run(sl, t->kidx);
+  if (hooked[sl->sched]) {
+    tl_running = NULL;
+    tl_ended = t; /* ENDED comes right after, on this thread */
+  }
 }
 
 
@@ -689,35 +700,50 @@ static void hook(
   ASSERT_PTR_EQ(&slots[t->slot], sl);
   switch (ev) {
     case UVS_EV_ACCEPTED:
-      st = H_IDLE;
-      if (!atomic_compare_exchange_strong(&t->h_state, &st, H_HELD)) {
-        /* Only again from its own run_cb. */
-        ASSERT_EQ(st, H_RUNNING);
-        ASSERT(test_on_thread(t->h_thread));
+      if (tl_running == t) {
+        /* Again from its own run_cb: still in custody. */
+        ASSERT_EQ(atomic_load(&t->h_held), 1);
+      } else {
+        st = 0;
+        if (!atomic_compare_exchange_strong(&t->h_held, &st, 1))
+          test_failed(__FILE__, __LINE__, "ACCEPTED while in custody");
+        ASSERT_EQ(atomic_load(&t->h_running), 0);
       }
       atomic_fetch_add(&t->h_credit, 1);
       atomic_fetch_add(&t->h_accepts, 1);
       break;
     case UVS_EV_STARTED:
-      st = H_HELD;
-      if (!atomic_compare_exchange_strong(&t->h_state, &st, H_RUNNING))
-        test_failed(__FILE__, __LINE__, "STARTED in hook state %d", st);
-      if (t->kind != K_EVERY)
-        ASSERT_GE(atomic_fetch_sub(&t->h_credit, 1), 1); /* one per accept */
-      t->h_thread = uv_thread_self();
+      ASSERT_EQ(atomic_load(&t->h_held), 1);
+      if (t->kind != K_EVERY) {
+        /* One run per acceptance. */
+        ASSERT_GE(atomic_fetch_sub(&t->h_credit, 1), 1);
+      } else if (atomic_load(&t->h_running) != 0) {
+        test_failed(__FILE__, __LINE__,
+                    "STARTED of a periodic task while it runs (slot %d)",
+                    t->slot);
+      }
+      atomic_fetch_add(&t->h_running, 1);
+      ASSERT_NULL(tl_started);
+      tl_started = t;
       break;
     case UVS_EV_ENDED:
-      ASSERT(test_on_thread(t->h_thread));
-      st = H_RUNNING;
-      if (!atomic_compare_exchange_strong(&t->h_state, &st, H_HELD))
-        test_failed(__FILE__, __LINE__, "ENDED in hook state %d", st);
+      /* Right after its run_cb returned, on that thread. */
+      ASSERT_PTR_EQ(tl_ended, t);
+      tl_ended = NULL;
+      ASSERT_GE(atomic_fetch_sub(&t->h_running, 1), 1);
       break;
     default:
       ASSERT_EQ(ev, UVS_EV_HANDED_BACK);
       ASSERT(on_loop_thread());
-      st = H_HELD; /* after its last ENDED */
-      if (!atomic_compare_exchange_strong(&t->h_state, &st, H_IDLE))
-        test_failed(__FILE__, __LINE__, "HANDED_BACK in hook state %d", st);
+      /* After its last ENDED. */
+      if (atomic_load(&t->h_running) != 0)
+        test_failed(__FILE__, __LINE__,
+                    "HANDED_BACK before the last ENDED (slot %d, key index "
+                    "%d, depth %d)",
+                    t->slot, t->kidx, t->depth);
+      st = 1;
+      if (!atomic_compare_exchange_strong(&t->h_held, &st, 0))
+        test_failed(__FILE__, __LINE__, "HANDED_BACK out of custody");
       ASSERT_NULL(h_expect);
       h_expect = t;
       h_expect_status = status;
@@ -1365,8 +1391,10 @@ static void final_checks(void) {
   /* 0.4: the hooks saw every custody end, and the posts as the stats. */
   ASSERT_NULL(h_expect);
   for (i = 0; i < NPROD; i++)
-    for (j = 0; j < NTASK; j++)
-      ASSERT_EQ(atomic_load(&prods[i].tasks[j].h_state), H_IDLE);
+    for (j = 0; j < NTASK; j++) {
+      ASSERT_EQ(atomic_load(&prods[i].tasks[j].h_held), 0);
+      ASSERT_EQ(atomic_load(&prods[i].tasks[j].h_running), 0);
+    }
   for (i = 0; i < NSCHED; i++) {
     long acc = 0;
     long runs = atomic_load(&post_runs_s[i]);
