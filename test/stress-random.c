@@ -59,6 +59,30 @@
  *     delayed one-shot task that fell due onto a full key; key_space_cb
  *     comes on the loop thread, for that worker and a key a task had; the
  *     per-key order and overlap checks hold as before;
+ *   - 0.4: every producer suspends workers now and then (uvs_worker_suspend
+ *     answers 0, or UV_ESHUTDOWN once a close began) and resumes each
+ *     within 2 ms (0, or UV_ESHUTDOWN once a close began; never
+ *     UV_EINVAL, as it holds a suspension), unless a close ended it first:
+ *     the final closes end those still held. While a suspension that
+ *     returned is held and no close began, the worker starts at most one
+ *     task or post per lane (1, or the width), the SPEC's slack for a
+ *     suspend from another thread, counted from the moment the count
+ *     left 0;
+ *   - 0.4: producers schedule barriers onto the wide workers (one of each
+ *     producer's at a time there): a barrier starts with no other run
+ *     callback of the worker running, and none starts until it returns;
+ *     no task or post its producer scheduled at once before it starts
+ *     after it, none scheduled after it starts before it returned; its
+ *     done_cb(..., 0) comes after those of the tasks that ran before it
+ *     and before those of the tasks that ran after it;
+ *   - 0.4: scheduler 0 always, scheduler 1 for some seeds, has a hook that
+ *     follows each task through ACCEPTED -> STARTED -> ENDED ... ->
+ *     HANDED_BACK with atomics: ACCEPTED once per accepted call, before
+ *     it returns (or from the task's own run_cb), a one-shot run per
+ *     acceptance, STARTED and ENDED on the run callback's thread around
+ *     it, HANDED_BACK on the loop thread after the last ENDED and right
+ *     before done_cb, with its status; posts come with NULL, and their
+ *     counts agree with the posts accepted, run and dropped;
  *   - at the end, after both schedulers closed: nothing left in custody,
  *     every post ran or was dropped by a close (from the stats), and the
  *     stats agree with what the callbacks saw.
@@ -140,6 +164,25 @@ typedef struct {
   int key_max;
   uvs_full_t on_full;
   atomic_long key_space_calls;
+  /* 0.4, suspend: the incarnation (written with the write lock); the
+   * suspensions that returned and are held (a resume lowers it before its
+   * call); the starts still allowed since it left 0. */
+  int gen;
+  atomic_int susp_held;
+  atomic_int susp_slack;
+  atomic_long suspends;
+  /* 0.4, wide only: a barrier is running; per producer, the seq of its
+   * barrier accepted and not yet returned (LONG_MAX: none) and of the last
+   * that started; the start order of runs. */
+  atomic_int barrier_running;
+  atomic_long bar_open[NPROD];
+  atomic_long bar_started[NPROD];
+  atomic_long run_ctr;
+  atomic_long barriers_run;
+  /* Loop thread: run indexes of the last barrier handed back with 0 and
+   * the highest of any task handed back with 0, in this incarnation. */
+  long bar_done_run;
+  long max_done_run;
 } slot_t;
 
 typedef struct {
@@ -168,6 +211,16 @@ typedef struct {
   int depth; /* self re-schedules in this custody */
   long accepts;
   atomic_long dones;
+  /* 0.4 */
+  int barrier;  /* this custody is a barrier's */
+  long run_idx; /* wide: start order of its last run */
+  /* Hook: in custody (ACCEPTED to HANDED_BACK); runs between STARTED and
+   * ENDED (more than one when a run scheduled it again and it started
+   * elsewhere before that run returned); one-shot runs owed. */
+  atomic_int h_held;
+  atomic_int h_running;
+  atomic_int h_credit;
+  atomic_long h_accepts;
 } stask_t;
 
 typedef struct {
@@ -184,6 +237,16 @@ typedef struct {
   long rearms_busy;
   long full_answers; /* UV_EAGAIN and UV_ETIMEDOUT from bounded keys */
   uint64_t last_now;
+  /* 0.4: per slot, the incarnation of a suspension held (-1: none) and
+   * when to resume it; per wide slot, its barrier in flight. */
+  int held_gen[NSLOTS];
+  uint64_t held_until[NSLOTS];
+  int nheld;
+  stask_t* bar_task[NSLOTS];
+  long suspends_ok;
+  long resumes_ok;
+  long barriers_ok;
+  long post_accepts_s[NSCHED];
 } producer_t;
 
 static uv_loop_t loop;
@@ -205,6 +268,24 @@ static long dones_ok;        /* loop thread */
 static long dones_cancelled; /* loop thread */
 static uvs_stats_t final_stats[NSCHED];
 static int scheds_closed;
+/* 0.4: the schedulers' closes are about to begin (suspensions end). */
+static atomic_int closes_begin;
+/* 0.4, hooks: which schedulers have one; per scheduler, the events of
+ * posts (relaxed counters: no ordering between runs is implied); loop
+ * thread: the task whose HANDED_BACK came, for its done_cb. */
+static int hooked[NSCHED];
+static atomic_long h_post_acc[NSCHED];
+static atomic_long h_post_started[NSCHED];
+static atomic_long h_post_ended[NSCHED];
+static atomic_long h_post_dropped[NSCHED];
+static atomic_long post_runs_s[NSCHED];
+static stask_t* h_expect;
+static int h_expect_status;
+/* Per thread: the task whose STARTED came and whose run_cb has not been
+ * entered yet; whose run_cb runs; whose run_cb returned, ENDED not come. */
+static _Thread_local stask_t* tl_started;
+static _Thread_local stask_t* tl_running;
+static _Thread_local stask_t* tl_ended;
 
 static uint64_t start_ms;
 static uint64_t end_ms;
@@ -286,6 +367,64 @@ static void enter_run(slot_t* sl, int kidx) {
 }
 
 
+#define RLX memory_order_relaxed
+
+/* 0.4: a run of sl starts. Relaxed atomics only, here and below on the run
+ * path: they order nothing, so TSan still sees what the library orders. A
+ * value stored before a call that lets this run start is read, as that
+ * store happens before the run. */
+static void check_may_start(slot_t* sl) {
+  int ph;
+
+  if (atomic_load_explicit(&sl->susp_held, RLX) == 0 ||
+      atomic_load_explicit(&closes_begin, RLX))
+    return;
+  ph = atomic_load_explicit(&sl->phase, RLX);
+  if (ph != S_OPEN)
+    return; /* a close began: it ends the suspension */
+  if (atomic_fetch_sub_explicit(&sl->susp_slack, 1, RLX) <= 0)
+    test_failed(__FILE__, __LINE__,
+                "slot %d: a run started while suspended (held %d)",
+                (int) (sl - slots), atomic_load(&sl->susp_held));
+}
+
+
+/* 0.4, wide workers: a run of owner's seq (-1: not ordered) starts; sets
+ * *run_idx. */
+static void barrier_enter(
+    slot_t* sl, int owner, long seq, int barrier, long* run_idx) {
+  if (sl->width == 1)
+    return;
+  *run_idx = atomic_fetch_add_explicit(&sl->run_ctr, 1, RLX);
+  if (barrier) {
+    /* Alone: nothing else of the worker runs, nothing starts until it
+     * returns. */
+    ASSERT_EQ(atomic_load(&sl->inflight), 1);
+    ASSERT_EQ(atomic_load_explicit(&sl->barrier_running, RLX), 0);
+    atomic_store_explicit(&sl->barrier_running, 1, RLX);
+    atomic_store_explicit(&sl->bar_started[owner], seq, RLX);
+    atomic_fetch_add_explicit(&sl->barriers_run, 1, RLX);
+    return;
+  }
+  ASSERT_EQ(atomic_load_explicit(&sl->barrier_running, RLX), 0);
+  if (seq < 0)
+    return;
+  /* Not before its producer's earlier barrier returned; not after its
+   * producer's later barrier started. */
+  ASSERT_LT(seq, atomic_load_explicit(&sl->bar_open[owner], RLX));
+  ASSERT_GT(seq, atomic_load_explicit(&sl->bar_started[owner], RLX));
+}
+
+
+static void barrier_leave(slot_t* sl, int owner, int barrier) {
+  if (!barrier)
+    return;
+  ASSERT_EQ(atomic_load(&sl->inflight), 1);
+  atomic_store_explicit(&sl->bar_open[owner], LONG_MAX, RLX);
+  atomic_store_explicit(&sl->barrier_running, 0, RLX);
+}
+
+
 static void leave_run(slot_t* sl, int kidx) {
   if (sl->width == 1) {
     ASSERT_EQ(atomic_fetch_sub(&sl->inflight, 1), 1);
@@ -318,11 +457,21 @@ static void run_cb(uvs_task_t* task) {
   uint64_t now;
   uint64_t r;
   int regrid;
+  int barrier;
   int err;
 
   t = TEST_CONTAINER_OF(task, stask_t, task);
   sl = &slots[t->slot];
+  barrier = t->barrier;
+  if (hooked[sl->sched]) {
+    /* STARTED came right before, on this thread. */
+    ASSERT_PTR_EQ(tl_started, t);
+    tl_started = NULL;
+    tl_running = t;
+  }
   enter_run(sl, t->kidx);
+  check_may_start(sl);
+  barrier_enter(sl, t->owner, t->seq, barrier, &t->run_idx);
   check_order(sl, t->owner, t->seq, t->kidx);
   now = uv_hrtime();
   uv_mutex_lock(&t->blk);
@@ -349,7 +498,7 @@ static void run_cb(uvs_task_t* task) {
       if (err != UV_ESHUTDOWN)
         ASSERT_ERR(err, UV_EBUSY);
     }
-  } else if ((r >> 20) % 12 == 0 && t->depth < 8) {
+  } else if ((r >> 20) % 12 == 0 && t->depth < 8 && !barrier) {
     /* Again from its own run_cb: this run hands nothing back. */
     t->depth++;
     t->seq = -1;
@@ -377,7 +526,12 @@ static void run_cb(uvs_task_t* task) {
     }
   }
   atomic_fetch_add(&task_runs, 1);
+  barrier_leave(sl, t->owner, barrier);
   leave_run(sl, t->kidx);
+  if (hooked[sl->sched]) {
+    tl_running = NULL;
+    tl_ended = t; /* ENDED comes right after, on this thread */
+  }
 }
 
 
@@ -389,6 +543,28 @@ static void done_cb(uvs_task_t* task, int status) {
   ASSERT(on_loop_thread());
   t = TEST_CONTAINER_OF(task, stask_t, task);
   sl = &slots[t->slot];
+  if (hooked[sl->sched]) {
+    /* Its HANDED_BACK came right before, with this status. */
+    ASSERT_PTR_EQ(h_expect, t);
+    ASSERT_ERR(status, h_expect_status);
+    h_expect = NULL;
+  }
+  if (sl->width > 1 && status == 0) {
+    /* Barriers: done_cb(..., 0) in run order around them. */
+    if (t->barrier) {
+      ASSERT_LT(sl->max_done_run, t->run_idx);
+      sl->bar_done_run = t->run_idx;
+    } else {
+      ASSERT_GT(t->run_idx, sl->bar_done_run);
+    }
+    if (t->run_idx > sl->max_done_run)
+      sl->max_done_run = t->run_idx;
+  }
+  if (t->barrier && status != 0) {
+    /* Dropped by a close: none of its producer's later ones runs now. */
+    long seq = t->seq;
+    atomic_compare_exchange_strong(&sl->bar_open[t->owner], &seq, LONG_MAX);
+  }
   /* An ordered task that never ran and that nobody cancelled: a close
    * handed it back, so nothing its producer scheduled after it may run on
    * this worker (see check_close_prefix); on a wide worker, nothing of
@@ -464,15 +640,116 @@ static void post_fn(void* arg) {
   slot_t* sl;
   int owner;
   long seq;
+  long run_idx;
 
   v = (uintptr_t) arg;
   owner = (int) (v & 0xff);
   sl = &slots[(v >> 8) & 0xff];
   seq = (long) (v >> 16);
   enter_run(sl, 0);
+  check_may_start(sl);
+  barrier_enter(sl, owner, seq, 0, &run_idx);
   check_order(sl, owner, seq, 0);
   atomic_fetch_add(&post_runs, 1);
+  atomic_fetch_add_explicit(&post_runs_s[sl->sched], 1, RLX);
   leave_run(sl, 0);
+}
+
+
+/* 0.4: the hook of a scheduler (arg), checking each task's events in
+ * order with atomics (per task: its own events are ordered by the library;
+ * posts: relaxed counters). */
+static void hook(
+    uvs_worker_t* w, uvs_task_t* task, uvs_event_t ev, int status, void* arg) {
+  slot_t* sl;
+  stask_t* t;
+  int si;
+  int st;
+
+  si = (int) ((uvs_sched_t*) arg - scheds);
+  ASSERT(si >= 0 && si < NSCHED && hooked[si]);
+  sl = TEST_CONTAINER_OF(w, slot_t, worker);
+  ASSERT(sl >= slots && sl < slots + NSLOTS);
+  ASSERT_EQ(sl->sched, si);
+  if (ev != UVS_EV_HANDED_BACK)
+    ASSERT_OK(status);
+  if (task == NULL) {
+    switch (ev) {
+      case UVS_EV_ACCEPTED:
+        atomic_fetch_add_explicit(&h_post_acc[si], 1, RLX);
+        break;
+      case UVS_EV_STARTED:
+        atomic_fetch_add_explicit(&h_post_started[si], 1, RLX);
+        break;
+      case UVS_EV_ENDED:
+        atomic_fetch_add_explicit(&h_post_ended[si], 1, RLX);
+        break;
+      default:
+        ASSERT_EQ(ev, UVS_EV_HANDED_BACK);
+        ASSERT(on_loop_thread());
+        ASSERT_NE(status, 0);
+        ASSERT_NULL(h_expect);
+        atomic_fetch_add_explicit(&h_post_dropped[si], 1, RLX);
+        break;
+    }
+    return;
+  }
+  t = TEST_CONTAINER_OF(task, stask_t, task);
+  ASSERT(t->owner >= 0 && t->owner < NPROD);
+  ASSERT(t >= prods[t->owner].tasks && t < prods[t->owner].tasks + NTASK);
+  ASSERT_PTR_EQ(&slots[t->slot], sl);
+  switch (ev) {
+    case UVS_EV_ACCEPTED:
+      if (tl_running == t) {
+        /* Again from its own run_cb: still in custody. */
+        ASSERT_EQ(atomic_load(&t->h_held), 1);
+      } else {
+        st = 0;
+        if (!atomic_compare_exchange_strong(&t->h_held, &st, 1))
+          test_failed(__FILE__, __LINE__, "ACCEPTED while in custody");
+        ASSERT_EQ(atomic_load(&t->h_running), 0);
+      }
+      atomic_fetch_add(&t->h_credit, 1);
+      atomic_fetch_add(&t->h_accepts, 1);
+      break;
+    case UVS_EV_STARTED:
+      ASSERT_EQ(atomic_load(&t->h_held), 1);
+      if (t->kind != K_EVERY) {
+        /* One run per acceptance. */
+        ASSERT_GE(atomic_fetch_sub(&t->h_credit, 1), 1);
+      } else if (atomic_load(&t->h_running) != 0) {
+        test_failed(__FILE__, __LINE__,
+                    "STARTED of a periodic task while it runs (slot %d)",
+                    t->slot);
+      }
+      atomic_fetch_add(&t->h_running, 1);
+      ASSERT_NULL(tl_started);
+      tl_started = t;
+      break;
+    case UVS_EV_ENDED:
+      /* Right after its run_cb returned, on that thread. */
+      ASSERT_PTR_EQ(tl_ended, t);
+      tl_ended = NULL;
+      ASSERT_GE(atomic_fetch_sub(&t->h_running, 1), 1);
+      break;
+    default:
+      ASSERT_EQ(ev, UVS_EV_HANDED_BACK);
+      ASSERT(on_loop_thread());
+      /* After its last ENDED. */
+      if (atomic_load(&t->h_running) != 0)
+        test_failed(__FILE__, __LINE__,
+                    "HANDED_BACK before the last ENDED (slot %d, key index "
+                    "%d, depth %d)",
+                    t->slot, t->kidx, t->depth);
+      st = 1;
+      if (!atomic_compare_exchange_strong(&t->h_held, &st, 0))
+        test_failed(__FILE__, __LINE__, "HANDED_BACK out of custody");
+      ASSERT_NULL(h_expect);
+      h_expect = t;
+      h_expect_status = status;
+      atomic_store(&t->h_credit, 0);
+      break;
+  }
 }
 
 
@@ -515,6 +792,7 @@ static void worker_close_cb(uvs_worker_t* w) {
   ph = atomic_load(&sl->phase);
   ASSERT(ph == S_CLAIMED || ph == S_CLOSING);
   sl->closed_at = test_hrtime_ms();
+  sl->bar_done_run = sl->max_done_run = -1; /* a new incarnation next */
   atomic_fetch_add(&sl->closes, 1);
   atomic_store(&sl->phase, S_CLOSED);
 }
@@ -577,26 +855,43 @@ static void check_shutdown(producer_t* p, int phase, int err) {
 }
 
 
-static void op_schedule(producer_t* p, int pi, int kind) {
+/* barrier: uvs_schedule_barrier onto a wide worker (kind K_NOW). */
+static void op_schedule(producer_t* p, int pi, int kind, int barrier) {
   stask_t* t;
   slot_t* sl;
   unsigned r;
+  long h0;
   int phase;
   int err;
   int st;
 
   if (kind == K_EVERY && p->periodic_live >= MAX_PERIODIC)
     kind = K_AFTER;
+  r = rnd(p);
+  if (barrier) {
+    stask_t* b;
+
+    r = (r - r % NSLOTS) + (r % NSCHED) * NSLOT + WIDE_SLOT;
+    /* One barrier of a producer on a worker at a time. */
+    b = p->bar_task[r % NSLOTS];
+    if (b != NULL && b->barrier && atomic_load(&b->state) != T_RETURNED &&
+        atomic_load(&b->state) != T_FREE)
+      return;
+  }
   t = get_task(p);
   if (t == NULL)
     return;
-  r = rnd(p);
   t->slot = (int) (r % NSLOTS);
   sl = &slots[t->slot];
-  /* A key on every worker: on a serial one it changes nothing. */
+  /* A key on every worker: on a serial one it changes nothing, and a
+   * barrier has none whatever its task's key. */
   t->kidx = (int) (rnd(p) % 10);
   t->kidx = t->kidx < NKEY - 1 ? t->kidx + 1 : 0;
   ASSERT_OK(uvs_task_set_key(&t->task, key_values[t->kidx]));
+  if (barrier)
+    t->kidx = 0;
+  t->barrier = barrier;
+  h0 = atomic_load(&t->h_accepts);
   uv_rwlock_rdlock(&sl->lock);
   phase =
       atomic_load(&scheds_closing) ? S_SCHED_CLOSED : atomic_load(&sl->phase);
@@ -616,8 +911,17 @@ static void op_schedule(producer_t* p, int pi, int kind) {
   t->after_bound = t->t_call + t->delay * 1000000u;
   t->regrid = 0;
   uv_mutex_unlock(&t->blk);
-  if (kind == K_NOW && sl->key_max != 0 && sl->on_full == UVS_FULL_BLOCK &&
-      (r >> 28) & 1)
+  if (barrier) {
+    /* Its producer's later tasks wait for it from now. */
+    atomic_store_explicit(&sl->bar_open[pi], t->seq, RLX);
+    p->bar_task[t->slot] = t;
+    err = uvs_schedule_barrier(&sl->worker, &t->task);
+    if (err != 0)
+      atomic_store_explicit(&sl->bar_open[pi], LONG_MAX, RLX);
+    else
+      p->barriers_ok++;
+  } else if (kind == K_NOW && sl->key_max != 0 &&
+             sl->on_full == UVS_FULL_BLOCK && (r >> 28) & 1)
     err = uvs_schedule_wait(&sl->worker, &t->task, 2);
   else if (kind == K_NOW)
     err = uvs_schedule(&sl->worker, &t->task);
@@ -634,6 +938,14 @@ static void op_schedule(producer_t* p, int pi, int kind) {
     p->full_answers++;
   } else {
     check_shutdown(p, phase, err);
+  }
+  if (hooked[sl->sched]) {
+    /* One ACCEPTED before the call returned (more if it ran and scheduled
+     * itself again already), none for a call that failed. */
+    if (err == 0)
+      ASSERT_GT(atomic_load(&t->h_accepts), h0);
+    else
+      ASSERT_EQ(atomic_load(&t->h_accepts), h0);
   }
   if (err == 0) {
     t->accepts++;
@@ -678,8 +990,10 @@ static void op_post(producer_t* p, int pi) {
                  (void*) (uintptr_t) (((uintptr_t) seq << 16) |
                                       ((uintptr_t) si << 8) | (uintptr_t) pi));
   check_shutdown(p, phase, err);
-  if (err == 0)
+  if (err == 0) {
     p->post_accepts++;
+    p->post_accepts_s[sl->sched]++;
+  }
   uv_rwlock_rdunlock(&sl->lock);
 }
 
@@ -689,6 +1003,10 @@ static void op_cancel(producer_t* p, stask_t* t) {
   int st;
   int err;
 
+  /* Barriers are not cancelled here: a cancel that answered 0 would let
+   * later tasks start before the test could know it. */
+  if (t->barrier)
+    return;
   /* Holding the slot's read lock keeps the worker from being re-created
    * while the cancel may still look at it (see docs/reliability.md). */
   sl = &slots[t->slot];
@@ -839,6 +1157,18 @@ static void op_recreate(producer_t* p) {
   phase = S_CLOSED;
   if (atomic_compare_exchange_strong(&sl->phase, &phase, S_INIT)) {
     int closing = atomic_load(&scheds_closing);
+    int i;
+
+    /* A new incarnation: no suspension, no barrier. Suspensions held of
+     * the old one ended with its close; their holders drop them. */
+    sl->gen++;
+    atomic_store(&sl->susp_held, 0);
+    atomic_store(&sl->susp_slack, 0);
+    atomic_store(&sl->barrier_running, 0);
+    for (i = 0; i < NPROD; i++) {
+      atomic_store(&sl->bar_open[i], LONG_MAX);
+      atomic_store(&sl->bar_started[i], -1);
+    }
     int err = init_worker(sl, (int) (rnd(p) & 1), rnd(p));
     if (closing)
       ASSERT_ERR(err, UV_ESHUTDOWN);
@@ -864,19 +1194,87 @@ static void check_now(producer_t* p) {
 }
 
 
+/* 0.4: a suspension of a random worker, held for up to 2 ms. */
+static void op_suspend(producer_t* p) {
+  slot_t* sl;
+  unsigned r;
+  int si;
+  int phase;
+  int err;
+
+  r = rnd(p);
+  si = (int) (r % NSLOTS);
+  if (p->held_gen[si] >= 0)
+    return; /* one of each producer's at a time per worker */
+  sl = &slots[si];
+  uv_rwlock_rdlock(&sl->lock);
+  phase =
+      atomic_load(&scheds_closing) ? S_SCHED_CLOSED : atomic_load(&sl->phase);
+  err = uvs_worker_suspend(&sl->worker);
+  check_shutdown(p, phase, err);
+  if (err == 0) {
+    /* Nothing starts from now, but one task per lane that was taking one
+     * already when the count left 0. */
+    if (atomic_load(&sl->susp_held) == 0)
+      atomic_store(&sl->susp_slack, sl->width);
+    atomic_fetch_add(&sl->susp_held, 1);
+    atomic_fetch_add(&sl->suspends, 1);
+    p->held_gen[si] = sl->gen;
+    p->held_until[si] = uv_hrtime() + (uint64_t) ((r >> 8) % 2000) * 1000u;
+    p->nheld++;
+    p->suspends_ok++;
+  }
+  uv_rwlock_rdunlock(&sl->lock);
+}
+
+
+/* 0.4: resumes the suspensions p holds that are due (all: force). */
+static void resume_due(producer_t* p, int force) {
+  slot_t* sl;
+  uint64_t now;
+  int phase;
+  int err;
+  int i;
+
+  now = uv_hrtime();
+  for (i = 0; i < NSLOTS && p->nheld > 0; i++) {
+    if (p->held_gen[i] < 0 || (!force && now < p->held_until[i]))
+      continue;
+    sl = &slots[i];
+    uv_rwlock_rdlock(&sl->lock);
+    if (sl->gen == p->held_gen[i]) {
+      phase = atomic_load(&scheds_closing) ? S_SCHED_CLOSED
+                                           : atomic_load(&sl->phase);
+      /* Runs may start from the moment the count falls. */
+      atomic_fetch_sub(&sl->susp_held, 1);
+      err = uvs_worker_resume(&sl->worker);
+      /* It holds a suspension: never UV_EINVAL. */
+      check_shutdown(p, phase, err);
+      if (err == 0)
+        p->resumes_ok++;
+    } /* else: closed and made anew, which ended it */
+    uv_rwlock_rdunlock(&sl->lock);
+    p->held_gen[i] = -1;
+    p->nheld--;
+  }
+}
+
+
 static void one_op(producer_t* p, int pi) {
   unsigned r;
 
   p->ops++;
+  if (p->nheld > 0 && (p->ops & 7) == 0)
+    resume_due(p, 0);
   r = rnd(p) % 10000;
   if (r < 3300)
-    op_schedule(p, pi, K_NOW);
+    op_schedule(p, pi, K_NOW, 0);
   else if (r < 5300)
     op_post(p, pi);
   else if (r < 7000)
-    op_schedule(p, pi, K_AFTER);
+    op_schedule(p, pi, K_AFTER, 0);
   else if (r < 7200)
-    op_schedule(p, pi, K_EVERY);
+    op_schedule(p, pi, K_EVERY, 0);
   else if (r < 9000)
     op_cancel(p, &p->tasks[rnd(p) % NTASK]);
   else if (r < 9150)
@@ -887,6 +1285,10 @@ static void one_op(producer_t* p, int pi) {
     op_recreate(p);
   else if (r < 9850)
     op_reschedule(p);
+  else if (r < 9870)
+    op_suspend(p);
+  else if (r < 9900)
+    op_schedule(p, pi, K_NOW, 1);
   else
     check_now(p);
 }
@@ -930,6 +1332,7 @@ static void report(uint64_t now) {
 
 static void finish(void) {
   stopped = 1;
+  atomic_store(&closes_begin, 1); /* suspensions end with the closes */
   uv_close((uv_handle_t*) &tick, NULL);
   ASSERT_OK(uvs_sched_close(&scheds[0], seed & 1 ? UVS_DRAIN : UVS_CANCEL,
                             sched_close_cb));
@@ -985,6 +1388,25 @@ static void final_checks(void) {
     }
   }
   for (i = 0; i < NSLOTS; i++) ASSERT_EQ(atomic_load(&slots[i].inflight), 0);
+  /* 0.4: the hooks saw every custody end, and the posts as the stats. */
+  ASSERT_NULL(h_expect);
+  for (i = 0; i < NPROD; i++)
+    for (j = 0; j < NTASK; j++) {
+      ASSERT_EQ(atomic_load(&prods[i].tasks[j].h_held), 0);
+      ASSERT_EQ(atomic_load(&prods[i].tasks[j].h_running), 0);
+    }
+  for (i = 0; i < NSCHED; i++) {
+    long acc = 0;
+    long runs = atomic_load(&post_runs_s[i]);
+
+    if (!hooked[i])
+      continue;
+    for (j = 0; j < NPROD; j++) acc += prods[j].post_accepts_s[i];
+    ASSERT_EQ(atomic_load(&h_post_acc[i]), acc);
+    ASSERT_EQ(atomic_load(&h_post_started[i]), runs);
+    ASSERT_EQ(atomic_load(&h_post_ended[i]), runs);
+    ASSERT_EQ(atomic_load(&h_post_dropped[i]), acc - runs);
+  }
 
   scheduled = ran = cancelled = 0;
   for (i = 0; i < NSCHED; i++) {
@@ -1012,6 +1434,9 @@ static void final_checks(void) {
     long rearms_ok = 0;
     long rearms_busy = 0;
     long full = 0;
+    long susp = 0;
+    long resumed = 0;
+    long bars = 0;
     for (i = 0; i < NSLOTS; i++) closes += atomic_load(&slots[i].closes);
     for (i = 0; i < NPROD; i++) {
       ops += prods[i].ops;
@@ -1020,7 +1445,14 @@ static void final_checks(void) {
       rearms_ok += prods[i].rearms_ok;
       rearms_busy += prods[i].rearms_busy;
       full += prods[i].full_answers;
+      susp += prods[i].suspends_ok;
+      resumed += prods[i].resumes_ok;
+      bars += prods[i].barriers_ok;
     }
+    printf(
+        "# 0.4: %ld suspends, %ld resumes (the rest ended by closes), %ld "
+        "barriers accepted; hooks on scheduler 0%s\n",
+        susp, resumed, bars, hooked[1] ? " and 1" : "");
     printf(
         "# re-arms: %ld answered 0, %ld UV_EBUSY or UV_ESHUTDOWN; full keys: "
         "%ld UV_EAGAIN or UV_ETIMEDOUT, %ld UV_ENOBUFS\n",
@@ -1043,10 +1475,11 @@ static void final_checks(void) {
         continue;
       printf(
           "# wide slot %d (scheduler %d): %ld keyed runs, at most %d at "
-          "once, %ld key_space_cb\n",
+          "once, %ld key_space_cb, %ld barriers run\n",
           i, slots[i].sched, atomic_load(&slots[i].keyed_runs),
           atomic_load(&slots[i].inflight_max),
-          atomic_load(&slots[i].key_space_calls));
+          atomic_load(&slots[i].key_space_calls),
+          atomic_load(&slots[i].barriers_run));
     }
   }
 }
@@ -1092,10 +1525,15 @@ int main(int argc, char** argv) {
   opts[1].budget = 7;
   opts[1].max_concurrency = 2;
   opts[1].linger_us = 20;
+  /* 0.4: a hook on scheduler 0, and on 1 for half the seeds. */
+  hooked[0] = 1;
+  hooked[1] = (int) ((seed >> 2) & 1);
   loop_thread = uv_thread_self();
   ASSERT_OK(uv_loop_init(&loop));
   for (i = 0; i < NSCHED; i++) {
     opts[i].keep_alive = 1;
+    opts[i].hook = hooked[i] ? hook : NULL;
+    opts[i].hook_arg = &scheds[i];
     ASSERT_OK(uvs_sched_init(&loop, &scheds[i], &opts[i]));
   }
   for (i = 0; i < NSLOTS; i++) {
@@ -1104,7 +1542,10 @@ int main(int argc, char** argv) {
     sl->where = i % NSLOT < 2 || i % NSLOT == WIDE_SLOT ? UVS_POOL : UVS_LOOP;
     sl->width = i % NSLOT == WIDE_SLOT ? WIDTH : 1;
     ASSERT_OK(uv_rwlock_init(&sl->lock));
+    sl->bar_done_run = sl->max_done_run = -1;
     for (j = 0; j < NPROD; j++) {
+      atomic_store(&sl->bar_open[j], LONG_MAX);
+      atomic_store(&sl->bar_started[j], -1);
       sl->last_seq[j] = -1;
       sl->close_cut[j] = LONG_MAX;
       for (k = 0; k < NKEY; k++) {
@@ -1117,6 +1558,7 @@ int main(int argc, char** argv) {
   }
   for (i = 0; i < NPROD; i++) {
     prods[i].rng = seed * 0x9e3779b97f4a7c15ull + (uint64_t) i * 7919 + 1;
+    for (j = 0; j < NSLOTS; j++) prods[i].held_gen[j] = -1;
     for (j = 0; j < NTASK; j++) {
       prods[i].tasks[j].owner = i;
       ASSERT_OK(uv_mutex_init(&prods[i].tasks[j].blk));

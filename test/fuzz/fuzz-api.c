@@ -37,6 +37,30 @@
  * yet, UV_ESHUTDOWN for one still queued on a closing worker (a task the
  * close already dropped may answer UV_EBUSY too); a re-armed task must not
  * run before its new time.
+ *
+ * 0.4: ops with an input byte of 0xc0 or more are the new calls.
+ * uvs_worker_suspend and uvs_worker_resume (also on NULL, at a count of 0,
+ * on closing and closed workers) are predicted exactly, and the count is
+ * read back with uvs_worker_metrics. While the model's count is above 0
+ * and no close has begun, nothing of the worker starts: on a loop worker
+ * nothing at all (the calls come from the loop thread, between turns); on
+ * a pool worker, whose lanes run on other threads, one task per lane at
+ * most after each suspension began (the SPEC's slack for a suspend from
+ * another thread). A close ends the suspension: the final close must
+ * still leave nothing in custody. uvs_schedule_barrier goes to any worker:
+ * on the serial ones it is an ordinary schedule (the order checks above
+ * include it); on the wide one its run_cb starts with no other run_cb of
+ * the worker running, every task scheduled at once before it either ran
+ * already or never runs afterwards, no task (or periodic run) accepted
+ * after it starts before it returned, and its done_cb(..., 0) comes after
+ * those of the tasks that ran before it and before those of the tasks that
+ * ran after it. When the last input byte is 0x80 or more the scheduler
+ * has a hook that checks, per task, ACCEPTED -> STARTED -> ENDED ... ->
+ * HANDED_BACK (ACCEPTED once per accepted call, before the call returns;
+ * a one-shot task starts once per acceptance; HANDED_BACK on the loop
+ * thread, after the last ENDED, right before the done_cb with the same
+ * status; NULL for posts and for the ENDED of a done-less task) and, at the
+ * end, that the counts of the events agree with the callbacks.
  */
 
 #include "uvsched.h"
@@ -52,6 +76,7 @@
 #define NKEY 4  /* key indexes: 0 = no key, 1..3 */
 #define NTASK 8
 #define MAX_MS ((uint64_t) 1 << 40)
+#define OP_NEW 0xc0 /* op bytes from here: suspend, resume, barrier */
 
 #define CHECK(expr)                                                            \
   do {                                                                         \
@@ -94,6 +119,15 @@ typedef struct {
   long key_last_seq[NKEY];
   long key_done_seq[NKEY];
   size_t key_max; /* WIDE: key_max_pending of this incarnation */
+  /* 0.4 */
+  int susp;       /* the suspend count, as the model has it */
+  int slack;      /* pool: starts still allowed since the suspension began */
+  int unsusp;     /* a close (of it or the scheduler) began: no suspension */
+  long aseq_next; /* WIDE: accept order */
+  long run_next;  /* WIDE: start order */
+  long barrier_done_run; /* WIDE: run index of the last barrier done (0) */
+  int barrier_running;
+  int h_nul; /* hook: STARTED of posts and done-less tasks not yet ENDED */
 } slot_t;
 
 typedef struct {
@@ -112,7 +146,20 @@ typedef struct {
   int uncertain;   /* a draining close may have run or dropped it */
   int limbo;       /* done-less on a closing or pool worker: released when? */
   int periodic_cancelled;
+  /* 0.4 */
+  int barrier;      /* this custody began with uvs_schedule_barrier */
+  int immediate;    /* this custody began with a schedule without delay */
+  long aseq;        /* WIDE: accept order */
+  long run_idx;     /* WIDE: start order of its last run; -1: none */
+  int run_returned; /* its run_cb returned in this custody */
+  int overtaken;    /* a later barrier started before it ran: never runs */
+  /* hook: H_IDLE, H_HELD, H_RUNNING; one-shot starts owed; ACCEPTEDs */
+  int h_state;
+  int h_credit;
+  long h_accepts;
 } ftask_t;
+
+enum { H_IDLE, H_HELD, H_RUNNING };
 
 static uv_loop_t loop;
 static uvs_sched_t sched;
@@ -133,6 +180,19 @@ static long runs_total;
 static long posts_accepted;
 static long posts_ran;
 static uvs_stats_t final_stats;
+/* 0.4: the hook, when installed, and what it saw (under hook_lock). */
+static int hook_on;
+static int hook_marker;
+static uv_mutex_t hook_lock;
+static ftask_t* h_expect_done;
+static int h_expect_status;
+static long h_posts_accepted;
+static long h_posts_started;
+static long h_posts_dropped;
+static long h_nul_ended;
+static long h_hb_done;
+static long h_hb_doneless;
+static int sched_unsusp; /* the scheduler's close began */
 
 static const uint64_t key_values[NKEY] = {0, 1, 2, ((uint64_t) 1 << 32) | 1};
 
@@ -170,6 +230,79 @@ static int in_custody(const ftask_t* t) {
 static void model_close(int s, uvs_close_how_t how);
 
 
+/* ---- 0.4 checks (under model_lock) -------------------------------------- */
+
+/* A run of slot s starts: not while it is suspended, but for the slack of a
+ * pool worker's lanes; a close ends the suspension. */
+static void check_may_start(slot_t* sl) {
+  if (sl->susp == 0 || sl->unsusp || sched_unsusp)
+    return;
+  if (sl->slack <= 0) {
+    fprintf(stderr, "slot %d: a run started while suspended (count %d)\n",
+            slot_of(&sl->w), sl->susp);
+    CHECK(!"a run starts on a suspended worker");
+  }
+  sl->slack--;
+}
+
+
+/* A run of t starts on the wide worker. */
+static void wide_start(ftask_t* t, slot_t* sl) {
+  ftask_t* u;
+  int i;
+
+  CHECK(!t->overtaken);
+  CHECK(!sl->barrier_running);
+  for (i = 0; i < NTASK; i++) {
+    u = &tasks[i];
+    if (u == t || u->slot != WIDE || !in_custody(u) || !u->barrier)
+      continue;
+    /* A barrier accepted before it and still due to run: t waits. */
+    if (u->aseq < t->aseq && u->state == T_QUEUED && u->run_idx < 0)
+      CHECK(!"a task started before an earlier barrier ran");
+  }
+  if (t->barrier) {
+    CHECK(sl->ran_active == 0);
+    sl->barrier_running = 1;
+    for (i = 0; i < NTASK; i++) {
+      u = &tasks[i];
+      if (u == t || u->slot != WIDE || u->state != T_QUEUED || !u->immediate)
+        continue;
+      /* Queued before the barrier and not yet run: it must never run now
+       * (a cancel or an eviction is handing it back). */
+      if (u->aseq < t->aseq && !u->run_returned)
+        u->overtaken = 1;
+    }
+  }
+  t->run_idx = sl->run_next++;
+}
+
+
+/* done_cb(t, 0) on the wide worker. */
+static void wide_done(ftask_t* t) {
+  slot_t* sl;
+  ftask_t* u;
+  int i;
+
+  sl = &slots[WIDE];
+  CHECK(t->run_idx >= 0);
+  if (!t->barrier) {
+    /* No barrier that ran after it was handed back before it. */
+    CHECK(t->run_idx > sl->barrier_done_run);
+    return;
+  }
+  for (i = 0; i < NTASK; i++) {
+    u = &tasks[i];
+    if (u == t || u->slot != WIDE || !in_custody(u) || !u->has_done ||
+        u->period != 0)
+      continue;
+    /* Ran before the barrier: its done_cb came already. */
+    CHECK(u->run_idx < 0 || u->run_idx > t->run_idx);
+  }
+  sl->barrier_done_run = t->run_idx;
+}
+
+
 /* ---- callbacks ---------------------------------------------------------- */
 
 static void run_cb(uvs_task_t* task) {
@@ -178,6 +311,8 @@ static void run_cb(uvs_task_t* task) {
   uint64_t until;
   int kidx;
   int slow;
+  int barrier;
+  int has_done;
   int err;
 
   t = (ftask_t*) task;
@@ -185,7 +320,9 @@ static void run_cb(uvs_task_t* task) {
   sl = &slots[t->slot];
   /* A done-less task is the user's again once this run is entered: its
    * key may be set anew meanwhile, so it is read now. */
-  kidx = t->kidx;
+  kidx = t->barrier ? 0 : t->kidx; /* a barrier belongs to no key */
+  barrier = t->barrier;
+  has_done = t->has_done;
   /* Behaviour 1 on the wide worker: a run of 100 us, so that runs meet. */
   slow = t->slot == WIDE && t->behaviour == 1;
   CHECK(sl->state == W_OPEN || sl->state == W_CLOSING ||
@@ -199,6 +336,15 @@ static void run_cb(uvs_task_t* task) {
     }
   } else {
     CHECK(!sl->ran_active);
+  }
+  check_may_start(sl);
+  if (t->slot == WIDE)
+    wide_start(t, sl);
+  if (hook_on) {
+    /* STARTED came right before, and ENDED has not. */
+    uv_mutex_lock(&hook_lock);
+    CHECK(t->h_state == (has_done ? H_RUNNING : H_IDLE));
+    uv_mutex_unlock(&hook_lock);
   }
   sl->ran_active++;
   CHECK(t->state == T_QUEUED || t->state == T_DELAYED ||
@@ -236,12 +382,25 @@ static void run_cb(uvs_task_t* task) {
     goto out;
   if (t->behaviour == 1 && t->state == T_QUEUED) {
     /* Again from its own run_cb, once. */
+    long h0 = 0;
+
     t->behaviour = 0;
+    if (hook_on) {
+      uv_mutex_lock(&hook_lock);
+      h0 = t->h_accepts;
+      uv_mutex_unlock(&hook_lock);
+    }
     err = uvs_schedule(&sl->w, task);
+    if (hook_on) {
+      uv_mutex_lock(&hook_lock);
+      CHECK(t->h_accepts == h0 + (err == 0));
+      uv_mutex_unlock(&hook_lock);
+    }
     if (sl->state != W_OPEN || sched_state != S_OPEN) {
       CHECK_RC(err, UV_ESHUTDOWN);
     } else {
       CHECK_RC(err, 0);
+      t->barrier = 0; /* an ordinary schedule now */
       accepted++;
       t->runs = 0;
       t->seq = sl->next_seq++;
@@ -260,6 +419,9 @@ static void run_cb(uvs_task_t* task) {
   } else if (t->behaviour == 3 && sl->state == W_OPEN) {
     /* No callback: it ends, silently, by the scheduler's close at the
      * latest. */
+    uv_mutex_lock(&model_lock);
+    sl->unsusp = 1;
+    uv_mutex_unlock(&model_lock);
     CHECK_RC(uvs_worker_close(&sl->w, UVS_DRAIN, NULL), 0);
     sl->state = W_QCLOSING;
     model_close(t->slot, UVS_DRAIN);
@@ -269,6 +431,11 @@ out:
   sl->ran_active--;
   if (sl == &slots[WIDE] && kidx != 0)
     sl->key_active[kidx]--;
+  if (sl == &slots[WIDE] && barrier)
+    sl->barrier_running = 0;
+  /* A done-less task is the user's already: it may be in a new custody. */
+  if (has_done)
+    t->run_returned = 1;
   uv_mutex_unlock(&model_lock);
 }
 
@@ -280,6 +447,19 @@ static void done_cb(uvs_task_t* task, int status) {
   t = (ftask_t*) task;
   CHECK(t->has_done);
   CHECK(in_custody(t));
+  if (hook_on) {
+    /* HANDED_BACK for this task came right before, with this status. */
+    uv_mutex_lock(&hook_lock);
+    CHECK(h_expect_done == t);
+    CHECK_RC(status, h_expect_status);
+    h_expect_done = NULL;
+    uv_mutex_unlock(&hook_lock);
+  }
+  if (status == 0 && t->slot == WIDE && t->period == 0) {
+    uv_mutex_lock(&model_lock);
+    wide_done(t);
+    uv_mutex_unlock(&model_lock);
+  }
   if (t->period != 0) {
     /* Guarantee 3 says UV_ECANCELED, always; but DROP_OLDEST evicts a
      * queued periodic task of a full key with UV_ENOBUFS, which
@@ -318,9 +498,10 @@ static void post_fn(void* arg) {
   uv_mutex_lock(&model_lock);
   CHECK(on_loop() == !is_pool(slot_of(&sl->w)));
   if (sl == &slots[WIDE])
-    CHECK(sl->ran_active < WIDTH);
+    CHECK(sl->ran_active < WIDTH && !sl->barrier_running);
   else
     CHECK(!sl->ran_active);
+  check_may_start(sl);
   posts_ran++;
   uv_mutex_unlock(&model_lock);
 }
@@ -338,6 +519,102 @@ static void key_space_cb(uvs_worker_t* w, uint64_t key) {
   for (k = 1; k < NKEY && key_values[k] != key; k++) {
   }
   CHECK(k < NKEY);
+}
+
+
+/* 0.4: the scheduler's hook, checking each task's events in order. */
+static void hook(
+    uvs_worker_t* w, uvs_task_t* task, uvs_event_t ev, int status, void* arg) {
+  slot_t* sl;
+  ftask_t* t;
+  int s;
+
+  CHECK(arg == &hook_marker);
+  s = slot_of(w);
+  CHECK(s >= 0 && s < NSLOT);
+  sl = &slots[s];
+  if (ev != UVS_EV_HANDED_BACK)
+    CHECK(status == 0);
+  uv_mutex_lock(&hook_lock);
+  if (task == NULL) {
+    /* A post (every event), or the ENDED of a done-less task. */
+    switch (ev) {
+      case UVS_EV_ACCEPTED:
+        h_posts_accepted++;
+        break;
+      case UVS_EV_STARTED:
+        h_posts_started++;
+        sl->h_nul++;
+        break;
+      case UVS_EV_ENDED:
+        CHECK(sl->h_nul > 0);
+        sl->h_nul--;
+        h_nul_ended++;
+        break;
+      case UVS_EV_HANDED_BACK:
+        CHECK(on_loop());
+        CHECK(status != 0);
+        CHECK(h_expect_done == NULL);
+        h_posts_dropped++;
+        break;
+      default:
+        CHECK(!"an unknown event");
+    }
+    uv_mutex_unlock(&hook_lock);
+    return;
+  }
+  t = (ftask_t*) task;
+  CHECK(t >= tasks && t < tasks + NTASK);
+  CHECK(t->slot == s);
+  switch (ev) {
+    case UVS_EV_ACCEPTED:
+      /* A new custody, or again from its own run_cb (between STARTED and
+       * ENDED). */
+      CHECK(t->h_state == H_IDLE || t->h_state == H_RUNNING);
+      if (t->h_state == H_IDLE)
+        t->h_state = H_HELD;
+      t->h_credit++;
+      t->h_accepts++;
+      break;
+    case UVS_EV_STARTED:
+      CHECK(t->h_state == H_HELD);
+      if (t->period == 0) {
+        CHECK(t->h_credit > 0); /* one run per acceptance */
+        t->h_credit--;
+      }
+      if (t->has_done) {
+        t->h_state = H_RUNNING;
+      } else {
+        /* Released: its ENDED comes with NULL. */
+        t->h_state = H_IDLE;
+        t->h_credit = 0;
+        sl->h_nul++;
+      }
+      break;
+    case UVS_EV_ENDED:
+      CHECK(t->has_done);
+      CHECK(t->h_state == H_RUNNING);
+      t->h_state = H_HELD;
+      break;
+    case UVS_EV_HANDED_BACK:
+      CHECK(on_loop());
+      CHECK(t->h_state == H_HELD); /* after its last ENDED */
+      CHECK(h_expect_done == NULL);
+      if (t->has_done) {
+        h_expect_done = t;
+        h_expect_status = status;
+        h_hb_done++;
+      } else {
+        CHECK(status != 0); /* dropped unrun */
+        h_hb_doneless++;
+      }
+      t->h_state = H_IDLE;
+      t->h_credit = 0;
+      break;
+    default:
+      CHECK(!"an unknown event");
+  }
+  uv_mutex_unlock(&hook_lock);
 }
 
 
@@ -485,8 +762,15 @@ static void model_accept(ftask_t* t,
   t->periodic_cancelled = 0;
   t->period = period;
   t->behaviour = (int) behaviour;
-  /* Order is checked on the loop workers, and per key on the wide one. */
-  t->seq = state == T_QUEUED && (!is_pool(s) || (s == WIDE && t->kidx != 0))
+  t->immediate = state == T_QUEUED;
+  t->aseq = slots[s].aseq_next++;
+  t->run_idx = -1;
+  t->run_returned = 0;
+  t->overtaken = 0;
+  /* Order is checked on the loop workers, and per key on the wide one (a
+   * barrier has no key there). */
+  t->seq = state == T_QUEUED &&
+                   (!is_pool(s) || (s == WIDE && t->kidx != 0 && !t->barrier))
                ? slots[s].next_seq++
                : -1;
   if (state == T_QUEUED)
@@ -517,6 +801,27 @@ static void op_set_key(ftask_t* t, int kidx) {
 }
 
 
+/* The ACCEPTEDs the hook has seen for t (0 without a hook). */
+static long hook_accepts(ftask_t* t) {
+  long n;
+
+  if (!hook_on)
+    return 0;
+  uv_mutex_lock(&hook_lock);
+  n = t->h_accepts;
+  uv_mutex_unlock(&hook_lock);
+  return n;
+}
+
+
+/* A schedule call returned err: one ACCEPTED before it returned if it
+ * accepted the task, none if not. */
+static void hook_check_accepts(ftask_t* t, long h0, int err) {
+  if (hook_on)
+    CHECK(hook_accepts(t) == h0 + (err == 0));
+}
+
+
 static void op_schedule(input_t* in, int kind) {
   unsigned a;
   unsigned b;
@@ -524,6 +829,7 @@ static void op_schedule(input_t* in, int kind) {
   uint64_t delay;
   uint64_t period;
   uint64_t t_call;
+  long h0;
   int s;
   int want;
   int err;
@@ -544,11 +850,13 @@ static void op_schedule(input_t* in, int kind) {
           (kind == 2 && (period == 0 || period > MAX_MS || !t->has_done)));
   if (want == 1)
     return;
+  h0 = hook_accepts(t);
   t_call = uv_hrtime();
   /* The model takes the task first: a drain already running on the pool
    * worker may take it from the inbox and run it before the call returns.
    * The return code is still checked against the prediction. */
   if (want == 0) {
+    t->barrier = 0;
     model_accept(t, s,
                  kind == 0   ? T_QUEUED
                  : kind == 1 ? T_DELAYED
@@ -567,6 +875,7 @@ static void op_schedule(input_t* in, int kind) {
   else
     err = uvs_schedule_every(&slots[s].w, &t->t, delay, period);
   CHECK_RC(err, want);
+  hook_check_accepts(t, h0, err);
 }
 
 
@@ -691,6 +1000,11 @@ static void op_post(input_t* in) {
   CHECK_RC(err, want);
   if (err == 0)
     posts_accepted++;
+  if (hook_on) {
+    uv_mutex_lock(&hook_lock);
+    CHECK(h_posts_accepted == posts_accepted);
+    uv_mutex_unlock(&hook_lock);
+  }
 }
 
 
@@ -725,12 +1039,22 @@ static void op_worker(input_t* in) {
 
       sl->state = W_OPEN;
       sl->last_seq = -1;
+      sl->susp = sl->slack = sl->unsusp = 0;
+      sl->aseq_next = sl->run_next = 0;
+      sl->barrier_done_run = -1;
+      sl->barrier_running = 0;
       for (k = 0; k < NKEY; k++) {
         sl->key_last_seq[k] = -1;
         sl->key_done_seq[k] = -1;
       }
     }
     return;
+  }
+  if ((a & 12) && (sl->state == W_OPEN || sl->state == W_SCLOSING)) {
+    /* It will close: from now its suspension has ended. */
+    uv_mutex_lock(&model_lock);
+    sl->unsusp = 1;
+    uv_mutex_unlock(&model_lock);
   }
   err = uvs_worker_close(&sl->w,
                          (a & 4)   ? UVS_DRAIN
@@ -773,10 +1097,99 @@ static void op_task_init(input_t* in) {
 }
 
 
+/* 0.4: the suspend count, read back. */
+static void check_count(slot_t* sl) {
+  uvs_worker_metrics_t m;
+
+  memset(&m, 0xff, sizeof(m));
+  CHECK_RC(uvs_worker_metrics(&sl->w, &m), 0);
+  CHECK(m.suspended == (uint64_t) sl->susp);
+}
+
+
+/* uvs_worker_suspend (resume 0) or uvs_worker_resume (resume 1). */
+static void op_suspend(input_t* in, int resume) {
+  unsigned a;
+  slot_t* sl;
+  int want;
+  int err;
+
+  a = take(in);
+  if ((a & 0x1c) == 0x1c) {
+    CHECK_RC(resume ? uvs_worker_resume(NULL) : uvs_worker_suspend(NULL),
+             UV_EINVAL);
+    return;
+  }
+  sl = &slots[a % NSLOT];
+  if (sl->state == W_FREE)
+    return; /* not a worker */
+  if (sl->state != W_OPEN || sched_state != S_OPEN)
+    want = UV_ESHUTDOWN; /* closing or closed, whatever the count */
+  else if (resume && sl->susp == 0)
+    want = UV_EINVAL;
+  else
+    want = 0;
+  if (resume && want == 0) {
+    /* Runs may start from the moment the count falls. */
+    uv_mutex_lock(&model_lock);
+    sl->susp--;
+    uv_mutex_unlock(&model_lock);
+  }
+  err = resume ? uvs_worker_resume(&sl->w) : uvs_worker_suspend(&sl->w);
+  CHECK_RC(err, want);
+  if (!resume && err == 0) {
+    /* Nothing starts from now: on a pool worker, but for one task per lane
+     * that was taking one already. */
+    uv_mutex_lock(&model_lock);
+    if (sl->susp++ == 0)
+      sl->slack = !is_pool(slot_of(&sl->w)) ? 0
+                  : sl == &slots[WIDE]      ? WIDTH
+                                            : 1;
+    uv_mutex_unlock(&model_lock);
+  }
+  if (sl->state != W_CLOSED)
+    check_count(sl);
+}
+
+
+/* uvs_schedule_barrier onto any worker. */
+static void op_barrier(input_t* in) {
+  unsigned a;
+  ftask_t* t;
+  long h0;
+  int s;
+  int want;
+  int err;
+
+  a = take(in);
+  s = (int) (a % NSLOT);
+  t = &tasks[(a >> 2) % NTASK];
+  if (a & 0x20)
+    op_set_key(t, (int) ((a >> 6) & 1) + 1); /* ignored by a barrier */
+  want = expect_schedule(s, t, 0);
+  if (want == 1)
+    return;
+  h0 = hook_accepts(t);
+  if (want == 0) {
+    t->barrier = 1;
+    /* Behaviour 1: slow on the wide worker, once more on a loop one. */
+    model_accept(t, s, T_QUEUED, 0, 0, (a >> 7) & 1);
+  }
+  err = uvs_schedule_barrier(&slots[s].w, &t->t);
+  CHECK_RC(err, want);
+  hook_check_accepts(t, h0, err);
+}
+
+
 static void close_sched(uvs_close_how_t how) {
   int err;
   int i;
 
+  if (sched_state == S_OPEN) {
+    uv_mutex_lock(&model_lock);
+    sched_unsusp = 1; /* every suspension ends */
+    uv_mutex_unlock(&model_lock);
+  }
   err = uvs_sched_close(&sched, how, sched_close_cb);
   CHECK_RC(err, sched_state == S_OPEN ? 0 : UV_EINVAL);
   if (err == 0) {
@@ -816,10 +1229,24 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   runs_total = posts_accepted = posts_ran = 0;
   sched_close_cbs = 0;
   waits = 0;
+  sched_unsusp = 0;
+  h_expect_done = NULL;
+  h_posts_accepted = h_posts_started = h_posts_dropped = h_nul_ended = 0;
+  h_hb_done = h_hb_doneless = 0;
+  /* The last byte, 0x80 or more: a hook on the scheduler. */
+  hook_on = size > 0 && data[size - 1] >= 0x80;
   loop_thread = uv_thread_self();
   CHECK(uv_mutex_init(&model_lock) == 0);
+  CHECK(uv_mutex_init(&hook_lock) == 0);
   CHECK(uv_loop_init(&loop) == 0);
-  CHECK(uvs_sched_init(&loop, &sched, NULL) == 0);
+  {
+    uvs_sched_options_t o;
+
+    memset(&o, 0, sizeof(o));
+    o.hook = hook_on ? hook : NULL;
+    o.hook_arg = &hook_marker;
+    CHECK(uvs_sched_init(&loop, &sched, &o) == 0);
+  }
   sched_state = S_OPEN;
   for (i = 0; i < NTASK; i++) {
     CHECK(uvs_task_init(&tasks[i].t, run_cb, i < 6 ? done_cb : NULL) == 0);
@@ -827,7 +1254,23 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
 
   while (in.n > 0) {
-    switch (take(&in) % 12) {
+    unsigned op = take(&in);
+
+    if (op >= OP_NEW) {
+      switch ((op - OP_NEW) % 4) {
+        case 0:
+          op_suspend(&in, 0);
+          break;
+        case 1:
+          op_suspend(&in, 1);
+          break;
+        default:
+          op_barrier(&in);
+          break;
+      }
+      continue;
+    }
+    switch (op % 12) {
       case 0:
       case 1:
         op_schedule(&in, 0);
@@ -882,7 +1325,20 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   CHECK((long) final_stats.scheduled == accepted + posts_accepted);
   CHECK((long) final_stats.cancelled - handed_back_cancelled - released_close ==
         posts_accepted - posts_ran);
+  if (hook_on) {
+    /* Every custody ended, every STARTED ENDED; the counts agree. */
+    CHECK(h_expect_done == NULL);
+    for (i = 0; i < NTASK; i++) CHECK(tasks[i].h_state == H_IDLE);
+    for (i = 0; i < NSLOT; i++) CHECK(slots[i].h_nul == 0);
+    CHECK(h_posts_accepted == posts_accepted);
+    CHECK(h_posts_started == posts_ran);
+    CHECK(h_posts_dropped == posts_accepted - posts_ran);
+    CHECK(h_nul_ended == posts_ran + released_run);
+    CHECK(h_hb_done == handed_back);
+    CHECK(h_hb_doneless == released_close);
+  }
   CHECK(uv_loop_close(&loop) == 0);
   uv_mutex_destroy(&model_lock);
+  uv_mutex_destroy(&hook_lock);
   return 0;
 }
