@@ -11,7 +11,10 @@
 #   (assertions: at most WIDTH lanes and CAP drains, never listed twice,
 #   work conservation whenever only long tasks run, and when everything
 #   stopped nothing left queued) with the cap at the width and below it,
-#   and all_run under weak fairness.
+#   and all_run under weak fairness; then with suspend and resume
+#   interleaved (a parked worker suspended and SCHEDULED, no lane posted
+#   for a suspended worker nor picking while it is suspended), with fewer
+#   pushes to keep the search small.
 #
 # Then checks that each model can fail: each deliberately broken variant
 # must produce an error.
@@ -206,5 +209,24 @@ run "wide broken: serve_wide without re-listing after a push caught mid-way" \
   fail "-DBROKEN_NO_RELIST -DNO_CONSERVE" "-DNOCLAIM" ""
 run "wide broken: one lane per serve_wide (work conservation)" fail \
   "-DBROKEN_ONE_LANE" "-DNOCLAIM" ""
+# Suspend and resume on a wide worker.
+run "wide safety (2 producers x 1, 1 timer push, budget 1, cap 2, 1 suspender)" \
+  pass "-DPUSHES=1 -DNSUSP=1" "-DNOCLAIM" ""
+run "wide safety (2 producers x 1, 1 timer push, budget 2, cap 1, 1 suspender)" \
+  pass "-DPUSHES=1 -DBUDGET=2 -DCAP=1 -DNSUSP=1" "-DNOCLAIM" ""
+run "wide safety (2 producers x 1, cap 2, 2 suspenders)" pass \
+  "-DPUSHES=1 -DTIMERS=0 -DNSUSP=2" "-DNOCLAIM" ""
+run "wide ltl all_run (weak fairness, 2 producers x 1, cap 2, 1 suspender)" \
+  pass "-DPUSHES=1 -DTIMERS=0 -DNSUSP=1" "-DNFAIR=3" "-a -f"
+run "wide broken: a resume to 0 leaves the worker parked" fail \
+  "-DPUSHES=1 -DNSUSP=1 -DBROKEN_RESUME_NO_UNPARK -DNO_PARK_INV -DNO_CONSERVE" \
+  "-DNOCLAIM" ""
+run "wide broken: parking stores IDLE" fail \
+  "-DPUSHES=1 -DNSUSP=1 -DBROKEN_PARK_IDLE -DNO_PARK_INV -DNO_CONSERVE" \
+  "-DNOCLAIM" ""
+run "wide broken: serve_wide posts lanes for a suspended worker" fail \
+  "-DPUSHES=1 -DNSUSP=1 -DBROKEN_SERVE_NO_PARK" "-DNOCLAIM" ""
+run "wide broken: a lane picks while suspended" fail \
+  "-DPUSHES=1 -DNSUSP=1 -DBROKEN_LANE_NO_CHECK" "-DNOCLAIM" ""
 
 exit "$status"
