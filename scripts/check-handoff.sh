@@ -185,6 +185,10 @@ run "broken: turn fills a batch while suspended" fail \
   "-DBROKEN_TURN_NO_CHECK" "-DNOCLAIM" ""
 run "broken: run_batch without its look at the flag" fail \
   "-DBROKEN_BATCH_NO_CHECK -DBUDGET=2" "-DNOCLAIM" ""
+# Not a bug: the one task a suspend's slack allows must be reachable, or
+# the check of the slack would be vacuous.
+run "no slack: a task starts after a suspend returned" fail \
+  "-DNO_SLACK" "-DNOCLAIM" ""
 
 # A wide worker (2 lanes): model/handoff-wide.pml.
 model="$here/model/handoff-wide.pml"
