@@ -18,6 +18,18 @@
  * queued), which loses nothing, the work-conservation assertion must
  * fail.
  *
+ * Suspend and resume (0.4), with NSUSP suspenders: a parked worker is
+ * suspended and SCHEDULED at every lock release; no lane is posted for a
+ * suspended worker and no lane picks a task while it is suspended; work
+ * conservation holds once every suspend has resumed. Broken variants that
+ * must fail: -DBROKEN_RESUME_NO_UNPARK (a resume to 0 leaves a parked
+ * worker parked: a task never runs), -DBROKEN_PARK_IDLE (parking stores
+ * IDLE: a producer lists the parked worker), both with the invariant of
+ * parking left out (-DNO_PARK_INV) and -DNO_CONSERVE;
+ * -DBROKEN_SERVE_NO_PARK (serve_wide() posts lanes for a worker listed
+ * before the suspend came) and -DBROKEN_LANE_NO_CHECK (turn() lets a lane
+ * pick while suspended).
+ *
  * What it abstracts. The inbox is as in model/handoff.pml: `pushed` counts
  * exchanges on the tail, `lnk[i]` says item i is linked, `taken` counts
  * items taken in, and uvs__inbox_nonempty() is pushed != taken. Keys are
@@ -43,7 +55,9 @@
  * doorbell (uvs__ring() in src/internal.h) are not modelled: a listed
  * worker is served as soon as the cap leaves room. Other workers'
  * runners, which share the cap, are not modelled either: CAP counts this
- * worker's lanes only.
+ * worker's lanes only. A lane's look at the suspend flag, its pick and its
+ * run are one step, so the slack a suspend from another thread allows
+ * (model/handoff.pml checks it) does not arise here.
  * Closing and cancelling are left out.
  *
  * Work conservation needs a moment when a lane would be missed: a lane's
@@ -74,11 +88,15 @@
  *                                  at the width) and of w->state, CAS
  *                                  IDLE -> SCHEDULED, then under the lock
  *                                  uvs__worker_make_ready() in
- *                                  src/worker.c: listed on wide_ready once
+ *                                  src/worker.c: listed on wide_ready once,
+ *                                  or, if suspended (uvs__suspended() in
+ *                                  src/internal.h), parked, still SCHEDULED
  *   Loop: serve a listed worker    dispatch() in src/loop.c, while
  *                                  uvs__room() has room, calling
  *                                  serve_wide() in src/loop.c: off the
- *                                  list, store IDLE, take the inbox in,
+ *                                  list, store IDLE, if suspended
+ *                                  want_lanes() (which parks it) and no
+ *                                  more, else take the inbox in,
  *                                  post_lane() for each lane wanted; at
  *                                  the cap, CAS back to SCHEDULED and list
  *                                  again; after a push caught mid-way,
@@ -103,7 +121,8 @@
  *   proctype Lane (one per lane;   lane_work() in src/loop.c running
  *   each `go` is one               uvs__lane_turn() in src/drain.c, which
  *   uv_queue_work)                 is turn() in src/drain.c: under the
- *                                  lock, fill() in src/drain.c stops
+ *                                  lock, unless suspended (then the lane
+ *                                  ends), fill() in src/drain.c stops
  *                                  seeking, takes the inbox in and picks
  *                                  one task (uvs__keys_pick() in
  *                                  src/keys.c); it runs it without the
@@ -135,6 +154,15 @@
  *                                  the same look at lanes_active and CAS;
  *                                  a task its bounds reject never reaches
  *                                  the queue
+ *   proctype Suspender             suspend() in src/close.c, from
+ *                                  uvs_worker_suspend() and
+ *                                  uvs_worker_resume() in src/close.c: the
+ *                                  count under the lock, the flag set at 1
+ *                                  and cleared at 0, then unpark()
+ *   unpark(), turn_ended()         uvs__unpark() in src/worker.c, calling
+ *                                  uvs__turn_ended() in src/worker.c: idle
+ *                                  (store IDLE, second look, CAS) or listed
+ *                                  again
  *   Quiescent()                    none: the model's checks when nothing
  *                                  else can move
  */
@@ -154,6 +182,9 @@
 #ifndef CAP
 #define CAP 2    /* sched->cap: drains posted or running at once */
 #endif
+#ifndef NSUSP
+#define NSUSP 0  /* suspenders: each suspends once, then resumes */
+#endif
 #define WIDTH 2  /* lanes of the worker; Quiescent() names each one */
 #define TOTAL (NPROD * PUSHES + TIMERS)
 
@@ -161,6 +192,7 @@
 #define W_SCHEDULED 1
 #define P_IDLE 0 /* worker->phase */
 #define P_READY 1 /* on sched->wide_ready */
+#define P_PARKED 3 /* suspended, off the lists */
 
 byte state = W_IDLE;
 byte phase = P_IDLE;
@@ -179,20 +211,34 @@ bool go[WIDTH];       /* the lane is posted (uv_queue_work) */
 bool fin[WIDTH];      /* the lane returned: its after_work_cb is due */
 bool stalled[WIDTH];  /* the lane runs a long task */
 byte fired = 0;       /* timer pushes done */
+byte nsusp = 0;       /* worker->nsuspend (lock held) */
+bool sflag = 0;       /* UVS__WF_SUSPENDED: stored under the lock */
 
 inline acquire() {
   atomic { lock == 0 -> lock = 1 }
 }
 
+/* Every lock hold ends with a parked worker suspended and SCHEDULED. */
 inline release() {
+#ifndef NO_PARK_INV
+  assert(phase != P_PARKED || (sflag && state == W_SCHEDULED));
+#endif
   lock = 0
 }
 
-/* Lock held. Listing a worker that is already listed would link its
- * ready_node twice; only a CAS to SCHEDULED lists it. */
+/* Lock held. Listing (or parking) a worker that is already listed or
+ * parked would link its ready_node twice; only a CAS to SCHEDULED lists
+ * it. A suspended worker is parked instead, and stays SCHEDULED. */
 inline make_ready() {
   assert(phase == P_IDLE && state == W_SCHEDULED);
-  phase = P_READY
+  if
+  :: sflag ->
+     phase = P_PARKED;
+#ifdef BROKEN_PARK_IDLE
+     state = W_IDLE
+#endif
+  :: else -> phase = P_READY
+  fi
 }
 
 /* CAS IDLE -> SCHEDULED; won says whether it did. Each caller makes it
@@ -245,6 +291,7 @@ inline wanted(want) {
 /* Lock held, loop thread: lanes_active < WIDTH and room in the cap. */
 inline post_lane(i) {
   assert(lanes_active < WIDTH && drains < CAP);
+  assert(sflag == 0); /* a suspended worker holds no pool thread */
   i = 0;
   do
   :: lactive[i] -> i++
@@ -317,6 +364,11 @@ proctype Producer() {
  * and picks one task, if any. The task's run, short or long, is folded
  * into the same step: nothing another thread reads happens between. */
 inline fill(me, n, got) {
+#ifndef BROKEN_LANE_NO_CHECK
+  if
+  :: sflag -> got = 0 /* turn() stops: lane_ended() parks the worker */
+  :: else ->
+#endif
   if
   :: seek[me] -> seek[me] = 0; seeking--
   :: else -> skip
@@ -324,6 +376,7 @@ inline fill(me, n, got) {
   intake();
   if
   :: kq > 0 ->
+     assert(!sflag); /* no task starts while suspended */
      kq--;
      got = 1;
      n++;
@@ -334,6 +387,9 @@ inline fill(me, n, got) {
      fi
   :: else -> got = 0
   fi
+#ifndef BROKEN_LANE_NO_CHECK
+  fi
+#endif
 }
 
 /* One lane: each `go` is one uv_queue_work of it, a turn of one task at a
@@ -406,7 +462,19 @@ end:
        phase = P_IDLE;
        state = W_IDLE
      };
-     atomic { intake() };
+     atomic {
+#ifndef BROKEN_SERVE_NO_PARK
+       if
+       :: sflag ->
+          want_lanes(won); /* parks it, as listed before the suspend */
+          won = 0;
+          release();
+          goto end /* back to the loop's choices */
+       :: else -> skip
+       fi;
+#endif
+       intake()
+     };
      busy = (pushed != taken); /* UV_EAGAIN: the tail shows more */
      atomic {
        wanted(want);
@@ -464,6 +532,74 @@ end:
   od
 }
 
+/* Lock held: uvs__turn_ended() of a parked worker. The store of IDLE and
+ * the second look are steps of their own, as a producer may meet them. */
+inline turn_ended(ne, won) {
+  atomic {
+    phase = P_IDLE;
+    nonempty(ne);
+    if
+    :: ne -> make_ready()
+    :: else -> state = W_IDLE
+    fi
+  };
+  atomic {
+    if
+    :: !ne ->
+       nonempty(ne);
+       if
+       :: ne -> want_lanes(won)
+       :: else -> skip
+       fi
+    :: else -> skip
+    fi;
+    ne = 0;
+    won = 0
+  }
+}
+
+/* Lock held: a parked worker is listed again, or idle. */
+inline unpark(ne, won) {
+  if
+  :: phase == P_PARKED -> turn_ended(ne, won)
+  :: else -> skip
+  fi
+}
+
+/* Any thread: suspends the worker once, and later resumes it, each under
+ * the lock: the count, the flag set at 1 and cleared at 0, then a parked
+ * worker listed again. */
+proctype Suspender() {
+  bool ne;
+  bool won;
+
+  atomic {
+    lock == 0 ->
+    nsusp++;
+    if
+    :: nsusp == 1 -> sflag = 1
+    :: else -> skip
+    fi;
+    release()
+  };
+  atomic {
+    lock == 0 ->
+    lock = 1;
+    nsusp--;
+    if
+    :: nsusp == 0 -> sflag = 0
+    :: else -> skip
+    fi
+  };
+#ifndef BROKEN_RESUME_NO_UNPARK
+  if
+  :: nsusp == 0 -> unpark(ne, won)
+  :: else -> skip
+  fi;
+#endif
+  release()
+}
+
 init {
   byte i = 0;
 
@@ -473,7 +609,12 @@ init {
     :: else -> break
     od;
     run Lane(0);
-    run Lane(1)
+    run Lane(1);
+    i = 0;
+    do
+    :: i < NSUSP -> run Suspender(); i++
+    :: else -> break
+    od
   }
 }
 
@@ -496,7 +637,8 @@ end:
      :: else ->
         assert(pushed == TOTAL && taken == TOTAL && kq == 0 &&
                ran == TOTAL && state == W_IDLE && phase == P_IDLE &&
-               lanes_active == 0 && drains == 0 && seeking == 0);
+               lanes_active == 0 && drains == 0 && seeking == 0 &&
+               nsusp == 0 && !sflag);
         break
      fi
   od

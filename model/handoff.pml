@@ -1,13 +1,26 @@
 /* The idle/busy hand-off of a worker, as a Promela model for spin.
  *
  * Checked by scripts/check-handoff.sh (CI runs it): no task is lost, no two
- * drains of the worker run at once, the worker is never listed as ready
- * twice, and when everything has stopped the worker is idle with nothing
- * queued. The script also checks that the model is not vacuous: with
+ * drains of the worker run at once, the worker is never listed (nor
+ * parked) twice, and when everything has stopped, every suspend resumed,
+ * the worker is idle with nothing queued. Suspend and resume (0.4): a
+ * parked worker is suspended and SCHEDULED at every lock release, so no
+ * producer lists it; once a suspend has returned no task starts until the
+ * count is back at 0, but for the slack the guarantee allows: one task, in
+ * a drain that was running as the suspend returned and had looked at the
+ * flag (or filled its batch) before. The script also checks that the model
+ * is not vacuous: with
  * -DBROKEN_NO_RECHECK (uvs__turn_ended() skips its second look at the
  * inbox) or
  * -DBROKEN_LOOK_FIRST (a producer reads the state before its push) spin must
- * find the lost task.
+ * find the lost task; with -DBROKEN_RESUME_NO_UNPARK (a resume to 0 leaves
+ * a parked worker parked) the lost task, or the invariant of parking; with
+ * -DBROKEN_PARK_IDLE (parking stores IDLE) a producer that lists the parked
+ * worker; with -DBROKEN_TURN_NO_CHECK (turn() fills a batch of a suspended
+ * worker) or -DBROKEN_BATCH_NO_CHECK (run_batch() does not look at the flag
+ * before each task after the first) a task started while suspended; and
+ * with -DNO_SLACK (no task at all may start once a suspend returned) the
+ * one the slack allows, which shows that the slack is reached.
  *
  * What it abstracts. The inbox (src/worker.c) is two counters and a flag per
  * item: `pushed` is the number of exchanges on the tail, `lnk[i]` says that
@@ -26,9 +39,14 @@
  * step each here. Rings of the loop's doorbell (uvs__ring() in
  * src/internal.h) are not modelled: a worker listed as ready is assumed to
  * be dispatched eventually. A drain that stops early (its budget or time
- * slice is spent) and leaves tasks queued is modelled by BUDGET: tasks a
- * drain moved into its batch and puts back unstarted at the head of the
- * FIFO, under the lock, are tasks it did not take.
+ * slice is spent) and leaves tasks queued is modelled by BUDGET; a batch
+ * (BATCH tasks at most) is moved out under the lock and run without it,
+ * and what it did not start goes back to the head of the FIFO under the
+ * lock (`taken` falls back). The suspend count and its flag are stored
+ * under the lock (seq_cst) and the flag is loaded anywhere. The model's
+ * suspends come from other threads: one from inside a run_cb, which
+ * allows no slack, is not modelled, nor are closes, which end a
+ * suspension through uvs__unpark() too.
  *
  * Where each part of the model is in the C code. Name functions, never line
  * numbers: scripts/check-handoff.sh fails if a function named here with
@@ -45,13 +63,33 @@
  *                                  release store of prev->next
  *   push(): state load, CAS, make  uvs__worker_push() in src/worker.c
  *   make_ready()                   uvs__worker_make_ready() in
- *                                  src/worker.c: phase = READY, listed once
- *   proctype Drain (one per `go`)  turn() in src/drain.c: batches
- *                                  under the lock via fill() in
- *                                  src/drain.c, uvs__inbox_take() in
- *                                  src/worker.c (and pop() in
- *                                  src/worker.c), runs them without it,
- *                                  stops on empty-for-now or budget
+ *                                  src/worker.c: phase = READY, listed once;
+ *                                  if suspended (uvs__suspended() in
+ *                                  src/internal.h) phase = PARKED instead,
+ *                                  state left SCHEDULED, sched->parked++
+ *   proctype Drain (one per `go`)  turn() in src/drain.c: stops if
+ *                                  suspended, else batches under the lock
+ *                                  via fill() in src/drain.c,
+ *                                  uvs__inbox_take() in src/worker.c (and
+ *                                  pop() in src/worker.c), runs them
+ *                                  without it in run_batch() in
+ *                                  src/drain.c, which stops before a task
+ *                                  after the first if suspended, puts back
+ *                                  what it did not start (put_back() in
+ *                                  src/drain.c), stops on empty-for-now,
+ *                                  budget or suspension
+ *   start()                        a run_cb starting: run_one() in
+ *                                  src/drain.c; the ghosts sus_ret, late
+ *                                  and late_ok check the suspend's slack
+ *   proctype Suspender: suspend(), suspend() in src/close.c, from
+ *   resume()                       uvs_worker_suspend() and
+ *                                  uvs_worker_resume() in src/close.c: the
+ *                                  count under the lock, the flag set at 1
+ *                                  and cleared at 0, then uvs__unpark()
+ *   unpark()                       uvs__unpark() in src/worker.c: a parked
+ *                                  worker's turn ends again (sched->parked--
+ *                                  not modelled); close_locked() in
+ *                                  src/close.c calls it too
  *   Loop: dispatch                 dispatch() in src/loop.c, whose
  *                                  runners post_owed() in src/loop.c
  *                                  posts with uv_queue_work once the lock
@@ -60,8 +98,8 @@
  *                                  src/drain.c), and uvs__loop_turn() in
  *                                  src/drain.c: phase = POSTED, one drain
  *                                  at a time
- *   Loop: after_drain              uvs__turn_ended() in src/worker.c,
- *                                  called under the lock by the runner
+ *   Loop: after_drain,             uvs__turn_ended() in src/worker.c,
+ *   turn_ended()                   called under the lock by the runner
  *                                  (uvs__run_ready()) or the loop turn
  *                                  (uvs__loop_turn()) when a worker's turn
  *                                  ends; which thread does it does not
@@ -100,6 +138,12 @@
 #ifndef BUDGET
 #define BUDGET 1 /* tasks per drain: small, so drains end with work left */
 #endif
+#ifndef BATCH
+#define BATCH 2  /* tasks a drain moves out per lock hold (fill()) */
+#endif
+#ifndef NSUSP
+#define NSUSP 1  /* suspenders: each suspends once, then resumes */
+#endif
 #define TOTAL (NPROD * PUSHES + TIMERS)
 
 #define W_IDLE 0 /* worker->state */
@@ -107,32 +151,57 @@
 #define P_IDLE 0 /* worker->phase */
 #define P_READY 1
 #define P_POSTED 2
+#define P_PARKED 3
 
 byte state = W_IDLE;
 byte phase = P_IDLE;
 byte pushed = 0;   /* exchanges on the inbox tail */
 bool lnk[TOTAL];   /* item i is linked behind item i - 1 */
-byte taken = 0;    /* items the drains took */
-byte ran = 0;      /* run_cbs */
+byte taken = 0;    /* items the drains took and have not put back */
+byte ran = 0;      /* run_cbs started */
 bool lock = 0;     /* sched->lock */
 byte drains = 0;   /* drains executing now */
 bool go = 0;       /* a drain is posted (uv_queue_work) */
 bool finished = 0; /* a drain returned: its after_work_cb is due */
 byte fired = 0;    /* timer pushes done */
+byte nsusp = 0;    /* worker->nsuspend (lock held) */
+bool sflag = 0;    /* UVS__WF_SUSPENDED: stored under the lock, read anywhere */
+/* Ghosts for the suspend property: a suspend that raised the count to 1
+ * has returned (its lock is let go) and no resume has brought it back to 0
+ * since; `late` tasks started since then, which is allowed only to a drain
+ * that was running as the suspend returned (`late_ok`), once. */
+bool sus_ret = 0;
+bool late_ok = 0;
+byte late = 0;
 
 inline acquire() {
   atomic { lock == 0 -> lock = 1 }
 }
 
+/* Every lock hold ends with a parked worker suspended and SCHEDULED (so
+ * that no producer's CAS lists it) and nothing else parked. */
 inline release() {
-  lock = 0
+  atomic {
+#ifndef NO_PARK_INV
+    assert(phase != P_PARKED || (sflag && state == W_SCHEDULED));
+#endif
+    lock = 0
+  }
 }
 
-/* Lock held. Listing a worker that is already listed or being drained
- * would link its ready_node twice. */
+/* Lock held. Listing a worker that is already listed, being drained or
+ * parked would link its ready_node twice (or count it parked twice). A
+ * suspended worker is parked instead: off the lists, still SCHEDULED. */
 inline make_ready() {
   assert(phase == P_IDLE);
-  phase = P_READY
+  if
+  :: sflag ->
+     phase = P_PARKED;
+#ifdef BROKEN_PARK_IDLE
+     state = W_IDLE
+#endif
+  :: else -> phase = P_READY
+  fi
 }
 
 /* Lock held: the FIFO and head are the consumer's, the tail one load. */
@@ -180,7 +249,9 @@ inline push(my, won, locked) {
      :: else -> skip
      fi
   :: else -> skip
-  fi
+  fi;
+  my = 0;
+  won = 0
 }
 
 proctype Producer() {
@@ -194,12 +265,116 @@ proctype Producer() {
   od
 }
 
-/* drain(): batches of at most BUDGET tasks in all, taken under the lock,
- * run without it; it stops when the inbox looks empty (an item exchanged
- * but not linked yet looks empty) or the budget is spent. One process
- * stands for every drain of the worker: each `go` is one uv_queue_work. */
+/* Lock held: a turn of the worker ended. Idle, or listed (or parked) again
+ * if its inbox has something. */
+inline turn_ended(ne, won) {
+  phase = P_IDLE;
+  nonempty(ne);
+  if
+  :: ne -> make_ready()
+  :: else ->
+     state = W_IDLE;
+#ifndef BROKEN_NO_RECHECK
+     nonempty(ne);
+     if
+     :: ne ->
+        cas_idle(won);
+        if
+        :: won -> make_ready()
+        :: else -> skip /* a producer won: it lists the worker */
+        fi
+     :: else -> skip
+     fi
+#endif
+  fi;
+  ne = 0;
+  won = 0
+}
+
+/* Lock held: a parked worker is listed again, or idle. */
+inline unpark(ne, won) {
+  if
+  :: phase == P_PARKED -> turn_ended(ne, won)
+  :: else -> skip
+  fi
+}
+
+/* Lock held, then let go: the count up by one; at 1 the flag is set. The
+ * suspend has returned once its lock is let go. */
+inline suspend() {
+  acquire();
+  nsusp++;
+  if
+  :: nsusp == 1 -> sflag = 1
+  :: else -> skip
+  fi;
+  atomic {
+    release();
+    if
+    :: sflag && !sus_ret -> sus_ret = 1; late = 0; late_ok = (drains > 0)
+    :: else -> skip
+    fi
+  }
+}
+
+/* Lock held, then let go: the count down by one; at 0 the flag is cleared
+ * and a parked worker listed again. */
+inline resume(ne, won) {
+  acquire();
+  nsusp--;
+  if
+  :: nsusp == 0 ->
+     atomic { sflag = 0; sus_ret = 0; late_ok = 0; late = 0 };
+#ifndef BROKEN_RESUME_NO_UNPARK
+     unpark(ne, won)
+#else
+     skip
+#endif
+  :: else -> skip
+  fi;
+  release()
+}
+
+/* Any thread: suspends the worker once, and later resumes it. */
+proctype Suspender() {
+  bool ne;
+  bool won;
+
+  suspend();
+  resume(ne, won)
+}
+
+/* A run_cb starts. While the worker is suspended and the suspend has
+ * returned, one may still start, in a drain that was running then and was
+ * taking it (its look at the flag came before); no second one. With
+ * -DNO_SLACK none may: spin must find the one, or the check is vacuous. */
+inline start() {
+  atomic {
+    ran++;
+    if
+    :: sus_ret ->
+#ifdef NO_SLACK
+       assert(false);
+#endif
+       assert(late_ok && late == 0);
+       late++
+    :: else -> skip
+    fi
+  }
+}
+
+/* turn(): batches of at most BATCH tasks, BUDGET in all, taken under the
+ * lock (fill()) once the flag says the worker is not suspended, run without
+ * it (run_batch(), which looks at the flag again before each task after
+ * the first); what a batch did not start goes back to the head of the FIFO
+ * under the lock. A turn stops when the inbox looks empty (an item
+ * exchanged but not linked yet looks empty), the budget is spent or the
+ * worker is suspended. One process stands for every drain of the worker:
+ * each `go` is one uv_queue_work. */
 active proctype Drain() {
-  byte n;
+  byte n; /* tasks the turn took */
+  byte k; /* the batch */
+  byte i; /* tasks of the batch started */
 
 end:
   do
@@ -207,18 +382,46 @@ end:
      go = 0;
      drains++;
      assert(drains == 1); /* never two drains of one worker at once */
-     n = 0;
+     acquire();
      do
-     :: acquire();
+     :: n >= BUDGET -> break
+#ifndef BROKEN_TURN_NO_CHECK
+     :: n < BUDGET && sflag -> break /* turn_ended parks it */
+#endif
+     :: else ->
+        atomic { /* fill(): the lock keeps the consumer's side still */
+          do
+          :: k < BATCH && n + k < BUDGET && taken < pushed && lnk[taken] ->
+             taken++;
+             k++
+          :: else -> break
+          od
+        };
         if
-        :: n < BUDGET && taken < pushed && lnk[taken] ->
-           taken++;
-           n++;
-           release();
-           ran++
-        :: else -> release(); break
-        fi
+        :: k == 0 -> break
+        :: else -> skip
+        fi;
+        release();
+        do
+        :: i < k ->
+#ifndef BROKEN_BATCH_NO_CHECK
+           if
+           :: i > 0 && sflag -> break
+           :: else -> skip
+           fi;
+#endif
+           start();
+           i++
+        :: else -> break
+        od;
+        acquire();
+        taken = taken - (k - i); /* put_back() */
+        n = n + i;
+        k = 0;
+        i = 0
      od;
+     n = 0;
+     release();
      drains--;
      finished = 1 /* the runner takes the lock to end the worker's turn */
   od
@@ -247,26 +450,7 @@ end:
   :: finished ->
      finished = 0;
      acquire();
-     /* uvs__turn_ended() */
-     phase = P_IDLE;
-     nonempty(ne);
-     if
-     :: ne -> make_ready()
-     :: else ->
-        state = W_IDLE;
-#ifndef BROKEN_NO_RECHECK
-        nonempty(ne);
-        if
-        :: ne ->
-           cas_idle(won);
-           if
-           :: won -> make_ready()
-           :: else -> skip /* a producer won: it lists the worker */
-           fi
-        :: else -> skip
-        fi
-#endif
-     fi;
+     turn_ended(ne, won);
      release()
   :: fired < TIMERS ->
      acquire();
@@ -283,16 +467,23 @@ init {
     do
     :: i < NPROD -> run Producer(); i++
     :: else -> break
+    od;
+    i = 0;
+    do
+    :: i < NSUSP -> run Suspender(); i++
+    :: else -> break
     od
   }
 }
 
-/* When nothing can move any more, every task ran and the worker is idle:
- * no task was left in an idle worker. */
+/* When nothing can move any more, every suspend was resumed, every task
+ * ran and the worker is idle: no task was left in an idle or parked
+ * worker. */
 active proctype Quiescent() {
   timeout ->
     assert(taken == TOTAL && ran == TOTAL && phase == P_IDLE &&
-           state == W_IDLE && drains == 0 && !go && !finished)
+           state == W_IDLE && drains == 0 && !go && !finished &&
+           nsusp == 0 && !sflag)
 }
 
 /* With weak fairness, every task is eventually run. */

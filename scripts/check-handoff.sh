@@ -1,15 +1,20 @@
 #!/usr/bin/env bash
 # Verifies the hand-off models with spin (Debian package `spin`):
 #
-# - model/handoff.pml, a serial worker's idle/busy hand-off: safety
-#   (assertions: one drain at a time, never listed twice; end states:
-#   nothing left in an idle worker) and the LTL property all_run under weak
-#   fairness;
+# - model/handoff.pml, a serial worker's idle/busy hand-off, with suspend
+#   and resume interleaved: safety (assertions: one drain at a time, never
+#   listed or parked twice, a parked worker suspended and SCHEDULED, no task
+#   started while suspended beyond the allowed slack; end states: every
+#   suspend resumed, nothing left in an idle worker) and the LTL property
+#   all_run under weak fairness;
 # - model/handoff-wide.pml, a wide worker's hand-off to its lanes: safety
 #   (assertions: at most WIDTH lanes and CAP drains, never listed twice,
 #   work conservation whenever only long tasks run, and when everything
 #   stopped nothing left queued) with the cap at the width and below it,
-#   and all_run under weak fairness.
+#   and all_run under weak fairness; then with suspend and resume
+#   interleaved (a parked worker suspended and SCHEDULED, no lane posted
+#   for a suspended worker nor picking while it is suspended), with fewer
+#   pushes to keep the search small.
 #
 # Then checks that each model can fail: each deliberately broken variant
 # must produce an error.
@@ -148,17 +153,42 @@ spin -V | sed 's/^/# /'
 
 # The serial worker: model/handoff.pml.
 model="$here/model/handoff.pml"
-# Safety: assertions and invalid end states (the Quiescent process).
-run "safety (2 producers x 2, 1 timer push, budget 1)" pass "" "-DNOCLAIM" ""
-run "safety (3 producers x 1, 1 timer push, budget 2)" pass \
-  "-DNPROD=3 -DPUSHES=1 -DBUDGET=2" "-DNOCLAIM" ""
+# Safety: assertions and invalid end states (the Quiescent process). The
+# first run has a suspender, the second none, the third two (nested); with
+# budget 2 a drain runs batches of 2, where run_batch()'s look at the flag
+# counts.
+run "safety (2 producers x 2, 1 timer push, budget 1, 1 suspender)" pass \
+  "" "-DNOCLAIM" ""
+run "safety (3 producers x 1, 1 timer push, budget 2, no suspender)" pass \
+  "-DNPROD=3 -DPUSHES=1 -DBUDGET=2 -DNSUSP=0" "-DNOCLAIM" ""
+run "safety (2 producers x 1, 1 timer push, budget 2, 2 suspenders)" pass \
+  "-DPUSHES=1 -DBUDGET=2 -DNSUSP=2" "-DNOCLAIM" ""
 # Liveness: every task runs, under weak fairness.
-run "ltl all_run (weak fairness)" pass "" "-DNFAIR=3" "-a -f"
-# The model can fail.
+run "ltl all_run (weak fairness, 2 producers x 2, no suspender)" pass \
+  "-DNSUSP=0" "-DNFAIR=3" "-a -f"
+run "ltl all_run (weak fairness, 2 producers x 1, budget 2, 1 suspender)" \
+  pass "-DPUSHES=1 -DBUDGET=2" "-DNFAIR=3" "-a -f"
+# The model can fail. The parking mutations run without the invariant of
+# parking, so that what fails is what the bug does: a task never run, a
+# parked worker listed again.
 run "broken: after_drain without its second look" fail \
   "-DBROKEN_NO_RECHECK" "-DNOCLAIM" ""
 run "broken: producer looks at the state before pushing" fail \
   "-DBROKEN_LOOK_FIRST" "-DNOCLAIM" ""
+run "broken: a resume to 0 leaves the worker parked" fail \
+  "-DBROKEN_RESUME_NO_UNPARK -DNO_PARK_INV" "-DNOCLAIM" ""
+run "broken: parking stores IDLE" fail \
+  "-DBROKEN_PARK_IDLE -DNO_PARK_INV" "-DNOCLAIM" ""
+run "broken: parking stores IDLE (the invariant of parking)" fail \
+  "-DBROKEN_PARK_IDLE" "-DNOCLAIM" ""
+run "broken: turn fills a batch while suspended" fail \
+  "-DBROKEN_TURN_NO_CHECK" "-DNOCLAIM" ""
+run "broken: run_batch without its look at the flag" fail \
+  "-DBROKEN_BATCH_NO_CHECK -DBUDGET=2" "-DNOCLAIM" ""
+# Not a bug: the one task a suspend's slack allows must be reachable, or
+# the check of the slack would be vacuous.
+run "no slack: a task starts after a suspend returned" fail \
+  "-DNO_SLACK" "-DNOCLAIM" ""
 
 # A wide worker (2 lanes): model/handoff-wide.pml.
 model="$here/model/handoff-wide.pml"
@@ -183,5 +213,24 @@ run "wide broken: serve_wide without re-listing after a push caught mid-way" \
   fail "-DBROKEN_NO_RELIST -DNO_CONSERVE" "-DNOCLAIM" ""
 run "wide broken: one lane per serve_wide (work conservation)" fail \
   "-DBROKEN_ONE_LANE" "-DNOCLAIM" ""
+# Suspend and resume on a wide worker.
+run "wide safety (2 producers x 1, 1 timer push, budget 1, cap 2, 1 suspender)" \
+  pass "-DPUSHES=1 -DNSUSP=1" "-DNOCLAIM" ""
+run "wide safety (2 producers x 1, 1 timer push, budget 2, cap 1, 1 suspender)" \
+  pass "-DPUSHES=1 -DBUDGET=2 -DCAP=1 -DNSUSP=1" "-DNOCLAIM" ""
+run "wide safety (2 producers x 1, cap 2, 2 suspenders)" pass \
+  "-DPUSHES=1 -DTIMERS=0 -DNSUSP=2" "-DNOCLAIM" ""
+run "wide ltl all_run (weak fairness, 2 producers x 1, cap 2, 1 suspender)" \
+  pass "-DPUSHES=1 -DTIMERS=0 -DNSUSP=1" "-DNFAIR=3" "-a -f"
+run "wide broken: a resume to 0 leaves the worker parked" fail \
+  "-DPUSHES=1 -DNSUSP=1 -DBROKEN_RESUME_NO_UNPARK -DNO_PARK_INV -DNO_CONSERVE" \
+  "-DNOCLAIM" ""
+run "wide broken: parking stores IDLE" fail \
+  "-DPUSHES=1 -DNSUSP=1 -DBROKEN_PARK_IDLE -DNO_PARK_INV -DNO_CONSERVE" \
+  "-DNOCLAIM" ""
+run "wide broken: serve_wide posts lanes for a suspended worker" fail \
+  "-DPUSHES=1 -DNSUSP=1 -DBROKEN_SERVE_NO_PARK" "-DNOCLAIM" ""
+run "wide broken: a lane picks while suspended" fail \
+  "-DPUSHES=1 -DNSUSP=1 -DBROKEN_LANE_NO_CHECK" "-DNOCLAIM" ""
 
 exit "$status"
