@@ -10,7 +10,7 @@
  *
  *   strace -c -f -e trace=futex build/bench/uvsched-producers --seconds 3
  *
- * and divide the futex calls by the tasks accepted (NEWS.md, "Unreleased",
+ * and divide the futex calls by the tasks accepted (NEWS.md, "0.4.0",
  * has the figures).
  */
 

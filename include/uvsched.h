@@ -38,7 +38,7 @@ extern "C" {
  * which #if reads as 0). meson.build checks that these agree with the
  * project's version. */
 #define UVS_VERSION_MAJOR 0
-#define UVS_VERSION_MINOR 3
+#define UVS_VERSION_MINOR 4
 #define UVS_VERSION_PATCH 0
 #define UVS_VERSION_HEX \
   ((UVS_VERSION_MAJOR << 16) | (UVS_VERSION_MINOR << 8) | (UVS_VERSION_PATCH))
