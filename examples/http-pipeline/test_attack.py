@@ -80,7 +80,8 @@ leak checks):
                 queued; VmRSS stays under baseline + SUSPEND_RSS_MB; a fresh
                 client's /work?n=1 and /health are answered within
                 SUSPEND_LIGHT_S; once the client reads, all 2000 come,
-                right and in order, and the workers are resumed. Then a
+                right and in order, none more than SUSPEND_STALL_S after
+                the one before, and the workers are resumed. Then a
                 suspended connection reset by its client, and one left
                 suspended at the server's stop, end their suspension by
                 the close (UVS_CANCEL): every suspend has its resume or its
@@ -1449,6 +1450,7 @@ SUSPEND_HEAVY = 10000    # ... every 20th heavy (--heavy-rounds' default)
 SUSPEND_RSS_MB = 16      # growth over the idle server's VmRSS
 SUSPEND_LIGHT_S = 2.0    # a fresh client's light request beside it
 SUSPEND_QUIET_S = 1.0    # work_done must not move for this long
+SUSPEND_STALL_S = 10     # once read, no answer may take longer than this
 
 
 def suspend_requests(tag, n):
@@ -1576,9 +1578,26 @@ def test_suspend(binary, mode="pool"):
                   (peak[0] - base, SUSPEND_RSS_MB))
 
         # (d) The client reads: resumed, the rest computed, all in order.
+        # A resume that failed to restart the workers would show as a
+        # stall: say what the server holds then. The window grows first,
+        # so that the kernel's zero-window probes, backed off while the
+        # client read nothing, do not pace the reads.
+        c.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
+        c.sock.settimeout(SUSPEND_STALL_S)
         tr = time.monotonic()
         for i, body in enumerate(want):
-            r = c.read_response()
+            try:
+                r = c.read_response()
+            except socket.timeout:
+                st = watch.get()
+                raise Failure("answer %d not there %d s after the one "
+                              "before: %s" % (i, SUSPEND_STALL_S, {
+                                  k: st[k] for k in (
+                                      "out_suspended", "out_suspends",
+                                      "out_resumes", "tasks_inflight",
+                                      "uvs_pending", "write_blocks",
+                                      "stalls", "work_done",
+                                      "interactive", "bulk")}))
             check(r is not None and r[0] == 200 and r[2] == body,
                   "answer %d: %r, expected 200 %r" %
                   (i, r and r[::2], body))
