@@ -44,7 +44,9 @@
  * while its worker is full (--max-inflight) or while its answers pass
  * --max-out-bytes (counted from the parse of their request, each by the
  * most it can take; parsing pauses at the request that passes it), and
- * starts again when they drain; a request must arrive whole within
+ * starts again when they drain, and its workers are suspended, computing
+ * no answer, while half of --max-out-bytes is written to libuv and not
+ * called back (conn_output_pressure()); a request must arrive whole within
  * --header-timeout of its first byte, a kept-alive connection may idle for
  * --idle-timeout, and a client that owes acknowledgements for answer bytes
  * must take --min-send-rate bytes a second of them over each
@@ -245,7 +247,9 @@ struct conn_s {
                          light tasks (conn_route()): next to go. */
   request_t* held;    /* Fault injection only (HTTP_PIPELINE_FAULT). */
   int has_worker;
-  int rejecting; /* Over --max-conns: a 503, then close. */
+  int out_suspended; /* Both workers suspended for unwritten answers: each
+                        owes one uvs_worker_resume, or the close. */
+  int rejecting;     /* Over --max-conns: a 503, then close. */
   int reading;
   int write_blocked;
   int flush_queued;
@@ -358,6 +362,15 @@ struct server_s {
   uint64_t stalls;       /* A full worker stopped a connection's reading. */
   uint64_t switch_waits; /* A heavy request waited for light ones before it. */
   uint64_t write_blocks; /* Unwritten answers stopped a connection's reading. */
+  /* Unwritten answers suspended a connection's workers (out_suspends);
+   * their draining resumed them (out_resumes), or the close ended the
+   * suspension (out_suspend_closes); connections suspended now; closes
+   * where the library's count (uvs_worker_metrics) was not ours. */
+  uint64_t out_suspends;
+  uint64_t out_resumes;
+  uint64_t out_suspend_closes;
+  uint64_t out_suspended;
+  uint64_t suspend_mismatch;
   uint64_t half_closes;
   uint64_t addr_refused; /* Closed at once: over --max-conn-per-addr. */
   uint64_t bad_chunked;  /* Chunked bodies refused by conn_chunk(). */
@@ -704,6 +717,65 @@ static void on_worker_closed(uvs_worker_t* worker) {
 }
 
 
+/* suspend: output begins */
+/* Backpressure on the output side: a client that does not read must not
+ * have answers computed for it. What the connection really holds unwritten
+ * is the buffers of its writes until libuv calls them back (libuv's
+ * write_queue_size, the part it has not handed to the kernel yet, is within
+ * them: a write the kernel has taken in part still holds all of its
+ * buffer) and the output not yet handed to libuv. Past half of
+ * --max-out-bytes the connection suspends both its workers: they start no
+ * task, and its queued requests keep their order and their place. Once
+ * on_write() has drained the unwritten answers to a quarter, it resumes
+ * them. Both calls are O(1), one lock round each. Both workers, not only
+ * the active one, so that a switch (conn_route()) cannot escape it.
+ *
+ * Balance: only the loop thread calls them, only here, and out_suspended
+ * says which came last, so each suspend has exactly one resume, or the
+ * close. A close ends the suspension by itself (conn_close() owes no
+ * resume; after it, resume would be UV_ESHUTDOWN), and a resume is never
+ * made on a count of 0 (UV_EINVAL). On open workers neither call fails.
+ *
+ * With the read side (conn_update()): reading and parsing stop once the
+ * unwritten answers and the requests parsed and not yet answered together
+ * pass --max-out-bytes, and start again at half of it. So for a client
+ * that stops reading, the computing stops first, at half the budget
+ * unwritten, while the parser goes on queueing requests into the other
+ * half; then the reading stops. Memory stays within OUT_BOUND either way.
+ * When the client reads again, its writes complete, the workers resume at
+ * a quarter, the queued requests are answered in order, and parsing and
+ * reading follow at half. */
+static void conn_output_pressure(conn_t* conn) {
+  server_t* s = conn->server;
+  size_t unwritten = conn->write_bytes + conn->out_len;
+  unsigned g;
+  int rc;
+
+  if (conn->closing || !conn->has_worker)
+    return;
+  if (!conn->out_suspended && unwritten > s->lim.max_out_bytes / 2) {
+    for (g = 0; g < GROUP_COUNT; g++) {
+      rc = uvs_worker_suspend(&conn->workers[g]);
+      if (rc != 0)
+        fail("uvs_worker_suspend", rc);
+    }
+    conn->out_suspended = 1;
+    s->out_suspends++;
+    s->out_suspended++;
+  } else if (conn->out_suspended && unwritten <= s->lim.max_out_bytes / 4) {
+    for (g = 0; g < GROUP_COUNT; g++) {
+      rc = uvs_worker_resume(&conn->workers[g]);
+      if (rc != 0)
+        fail("uvs_worker_resume", rc);
+    }
+    conn->out_suspended = 0;
+    s->out_resumes++;
+    s->out_suspended--;
+  }
+}
+/* suspend: output ends */
+
+
 static void on_write(uv_write_t* wreq, int status) {
   out_write_t* w = (out_write_t*) wreq;
   conn_t* conn = w->conn;
@@ -721,7 +793,7 @@ static void on_write(uv_write_t* wreq, int status) {
     return;
   }
   conn->last_active = uv_now(conn->server->loop);
-  conn_update(conn);
+  conn_update(conn); /* Resumes the workers once drained enough. */
 }
 
 
@@ -943,6 +1015,8 @@ static void work_done(uvs_task_t* task, int status) {
     }
     conn_flush_soon(conn);
   }
+  /* Unwritten answers past their bound: no further task starts. */
+  conn_output_pressure(conn);
   /* The last light task has been handed back: a heavy request waiting for
    * it (conn_route()) can go to the bulk worker now. */
   if (conn->inflight == 0 && conn->stalled != NULL)
@@ -1137,7 +1211,10 @@ static void stats_format(server_t* s, char* body, size_t size) {
       ",\"uvs_ran\":%" PRIu64 ",\"uvs_cancelled\":%" PRIu64
       ",\"uvs_pending\":%" PRIu64 ",\"misrouted\":%" PRIu64
       ",\"switch_waits\":%" PRIu64 ",\"threads\":%" PRIu64
-      ",\"heavy_rounds\":%" PRIu64 ",\"bulk_max\":%" PRIu64,
+      ",\"heavy_rounds\":%" PRIu64 ",\"bulk_max\":%" PRIu64
+      ",\"out_suspends\":%" PRIu64 ",\"out_resumes\":%" PRIu64
+      ",\"out_suspend_closes\":%" PRIu64 ",\"out_suspended\":%" PRIu64
+      ",\"suspend_mismatch\":%" PRIu64,
       s->mode == MODE_POOL   ? "pool"
       : s->mode == MODE_LOOP ? "loop"
                              : "inline",
@@ -1153,7 +1230,9 @@ static void stats_format(server_t* s, char* body, size_t size) {
       s->done_out_of_order, (uint64_t) atomic_load(&s->overlaps),
       (uint64_t) atomic_load(&s->wrong_thread), st.scheduled, st.ran,
       st.cancelled, st.pending, (uint64_t) atomic_load(&s->misrouted),
-      s->switch_waits, s->threads, s->lim.heavy_rounds, s->bulk_max);
+      s->switch_waits, s->threads, s->lim.heavy_rounds, s->bulk_max,
+      s->out_suspends, s->out_resumes, s->out_suspend_closes, s->out_suspended,
+      s->suspend_mismatch);
   /* uvs_group_stats: each field atomic, read now, not one snapshot. */
   len = n > 0 && (size_t) n < size ? (size_t) n : size - 1;
   for (g = 0; g < GROUP_COUNT; g++) {
@@ -1935,6 +2014,8 @@ static void conn_update(conn_t* conn) {
   conn_flush(conn);
   if (conn->closing)
     return;
+  /* The output side: suspends or resumes the workers. */
+  conn_output_pressure(conn);
   /* Once done parsing, read and drop until EOF: it is how a reset or the
    * client's close is seen. */
   want = !conn->peer_eof &&
@@ -1956,6 +2037,7 @@ static void conn_update(conn_t* conn) {
 
 static void conn_close(conn_t* conn) {
   server_t* s = conn->server;
+  uvs_worker_metrics_t m;
   unsigned g;
   int rc;
 
@@ -1986,6 +2068,20 @@ static void conn_close(conn_t* conn) {
   }
   if (conn->timer_armed)
     uvs_task_cancel(&conn->timer); /* on_timer_done() follows. */
+  /* suspend: close begins */
+  /* A close ends a suspension: the workers hand back their queued tasks
+   * (UVS_CANCEL) as if their count were 0, so no resume is owed. The
+   * library's count must be ours: one suspend each, not resumed. */
+  for (g = 0; conn->has_worker && g < GROUP_COUNT; g++)
+    if (uvs_worker_metrics(&conn->workers[g], &m) != 0 ||
+        m.suspended != (uint64_t) conn->out_suspended)
+      s->suspend_mismatch++;
+  if (conn->out_suspended) {
+    conn->out_suspended = 0;
+    s->out_suspended--;
+    s->out_suspend_closes++;
+  }
+  /* suspend: close ends */
   for (g = 0; conn->has_worker && g < GROUP_COUNT; g++) {
     rc = uvs_worker_close(&conn->workers[g], UVS_CANCEL, on_worker_closed);
     if (rc != 0)
@@ -2284,7 +2380,9 @@ static void usage(FILE* f, const limits_t* d) {
       "                        it stops parsing and reading (default "
       "%" PRIu64
       ";\n"
-      "                        reads again at N/2)\n"
+      "                        reads again at N/2); past N/2 of them "
+      "unwritten, its\n"
+      "                        workers are suspended, and resumed at N/4\n"
       "  --sndbuf N            SO_SNDBUF of each connection, which bounds "
       "the answers\n"
       "                        the kernel holds for a client; 0 = the "
@@ -2480,7 +2578,7 @@ int main(int argc, char** argv) {
   uint64_t violations;
   const char* fault;
   size_t k;
-  int i, rc, ok, conns_given = 0;
+  int i, rc, ok, suspend_ok, conns_given = 0;
 
   s->mode = MODE_POOL;
   s->lim = default_limits;
@@ -2659,8 +2757,16 @@ int main(int argc, char** argv) {
   violations = atomic_load(&s->order_violations) + atomic_load(&s->overlaps) +
                atomic_load(&s->wrong_thread) + atomic_load(&s->misrouted) +
                s->answers_out_of_order + s->done_out_of_order;
+  /* Every suspend had its resume or its close, and the library agreed. */
+  suspend_ok = s->out_suspended == 0 && s->suspend_mismatch == 0 &&
+               s->out_suspends == s->out_resumes + s->out_suspend_closes;
   ok = rc == 0 && violations == 0 && s->leaks == 0 && s->open == 0 &&
-       s->rejecting == 0;
+       s->rejecting == 0 && suspend_ok;
+  fprintf(stderr,
+          "http-pipeline: out_suspends=%" PRIu64 " out_resumes=%" PRIu64
+          " out_suspend_closes=%" PRIu64 " suspend_mismatch=%" PRIu64 ": %s\n",
+          s->out_suspends, s->out_resumes, s->out_suspend_closes,
+          s->suspend_mismatch, suspend_ok ? "balanced" : "UNBALANCED");
   fprintf(stderr,
           "http-pipeline: accepted=%" PRIu64 " rejected=%" PRIu64
           " requests=%" PRIu64 " responses=%" PRIu64 " work_done=%" PRIu64

@@ -72,6 +72,21 @@ leak checks):
   chunked       malformed chunked bodies get 400/413/431 and a close,
                 well-formed ones (also a byte at a time) are read
   head          HEAD gets GET's headers and no body, pipelined in order
+  suspend       --sndbuf 4096: a client pipelines 2000 /work (every 20th
+                heavy, on the bulk worker) and reads nothing: once its
+                unwritten answers pass half of --max-out-bytes its workers
+                are suspended (out_suspended in /stats) and the server's
+                work_done stops moving, far below 2000, with requests still
+                queued; VmRSS stays under baseline + SUSPEND_RSS_MB; a fresh
+                client's /work?n=1 and /health are answered within
+                SUSPEND_LIGHT_S; once the client reads, all 2000 come,
+                right and in order, none more than SUSPEND_STALL_S after
+                the one before, and the workers are resumed. Then a
+                suspended connection reset by its client, and one left
+                suspended at the server's stop, end their suspension by
+                the close (UVS_CANCEL): every suspend has its resume or its
+                close (the server's exit check)
+  suspend-loop  the same with loop workers (--mode loop)
 
   test_attack.py NAME --server BUILDDIR/examples/http-pipeline/http-pipeline
   test_attack.py shed --max-wait 0 --server ...   (the figure above)
@@ -1427,6 +1442,231 @@ def test_head(binary):
     return 0
 
 
+# -------------------------------------------------------------- suspend
+
+SUSPEND_REQUESTS = 2000  # suspend: pipelined /work, not read ...
+SUSPEND_ROUNDS = 200     # ... light ones (~0.1 ms), on the interactive worker
+SUSPEND_HEAVY = 10000    # ... every 20th heavy (--heavy-rounds' default)
+SUSPEND_RSS_MB = 16      # growth over the idle server's VmRSS
+SUSPEND_LIGHT_S = 2.0    # a fresh client's light request beside it
+SUSPEND_QUIET_S = 1.0    # work_done must not move for this long
+SUSPEND_STALL_S = 10     # once read, no answer may take longer than this
+
+
+def suspend_requests(tag, n):
+    """n pipelined /work and the bodies they must be answered, in order."""
+    reqs, want = [], []
+    for i in range(n):
+        rounds = SUSPEND_HEAVY if i % 20 == 19 else SUSPEND_ROUNDS
+        token = "%s-%d" % (tag, i)
+        reqs.append(request("/work?n=%d&id=%s" % (rounds, token)))
+        want.append(work_body(token, rounds))
+    return b"".join(reqs), want
+
+
+def non_reader(server, data):
+    """A client with a small window that sends data from a thread and
+    reads nothing."""
+    c = harness.Client.__new__(harness.Client)
+    c.sock = socket.socket()
+    c.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    c.sock.settimeout(60)
+    c.sock.connect((server.host, server.port))
+    c.buf = b""
+    return c, c.send_in_background(data)
+
+
+def test_suspend(binary, mode="pool"):
+    """Output backpressure: a client that does not read has no answers
+    computed for it past the bound, without hurting anyone else, and gets
+    them all, in order, once it reads. mode: pool or loop workers."""
+    data, want = suspend_requests("s", SUSPEND_REQUESTS)
+    server = Server(binary, mode, threads=2,
+                    extra=["--sndbuf", 4096, "--write-timeout", 60000])
+    try:
+        timed_get(server, "/work?n=1&id=warm")
+        watch = StatsWatcher(server)
+        base = rss_mb(server)
+        done0 = watch.get()["work_done"]
+        t0 = time.monotonic()
+        c, sender = non_reader(server, data)
+
+        # (a) Suspended once its unwritten answers pass the bound; from then
+        # on nothing more is computed for it.
+        peak = [base]
+
+        def sample():
+            peak[0] = max(peak[0], rss_mb(server))
+            return watch.get()
+        check(harness.wait_until(lambda: sample()["out_suspended"] >= 1,
+                                 30), "the workers were never suspended")
+        t_susp = time.monotonic() - t0
+        # A task a lane had already taken may still finish: wait until
+        # work_done settles, then watch it stay put.
+        last = [None]
+
+        def settled():
+            d = sample()["work_done"]
+            same, last[0] = d == last[0], d
+            return same
+        check(harness.wait_until(settled, 10, 0.2),
+              "work_done still moving 10 s after the suspension")
+        quiet = []
+        tq = time.monotonic()
+        while time.monotonic() - tq < SUSPEND_QUIET_S:
+            quiet.append(sample())
+            time.sleep(0.2)
+        st = quiet[-1]
+        computed = st["work_done"] - done0
+        print("suspend: %d pipelined, the client reads nothing: suspended "
+              "after %.2f s; work_done +%r over %.1f s; tasks_inflight %d, "
+              "write_blocks %d, out_peak %d" %
+              (SUSPEND_REQUESTS, t_susp,
+               [q["work_done"] - done0 for q in quiet], SUSPEND_QUIET_S,
+               st["tasks_inflight"], st["write_blocks"], st["out_peak"]))
+        check(len(set(q["work_done"] for q in quiet)) == 1,
+              "answers still computed while suspended: %r" %
+              [q["work_done"] for q in quiet])
+        check(computed < SUSPEND_REQUESTS // 2,
+              "%d of %d answers computed for a client that reads nothing"
+              % (computed, SUSPEND_REQUESTS))
+        # How many parsed requests wait on the suspended workers depends on
+        # where the suspension fell: a drain may have run every queued task
+        # before the loop thread saw the answers pass the bound (a loop
+        # worker's batch often does), and then it is the read side that
+        # holds the rest unparsed. Either way nothing more is computed.
+        check(st["out_suspended"] == 1 and st["out_suspends"] >= 1,
+              "out_suspended %d, out_suspends %d" %
+              (st["out_suspended"], st["out_suspends"]))
+        # The read side follows: the connection stopped reading too.
+        check(harness.wait_until(lambda: sample()["write_blocks"] >= 1, 10,
+                                 0.2), "the connection never stopped "
+              "reading")
+        st = sample()
+        check(st["mem_peak"] <= st["mem_bound"], "a connection held %d "
+              "bytes, over its bound of %d" % (st["mem_peak"],
+                                                 st["mem_bound"]))
+
+        # (c) Nobody else waits for it.
+        r1, dt1 = timed_get(server, "/work?n=1&id=fresh")
+        r2, dt2 = timed_get(server, "/health")
+        print("suspend: beside it, a fresh /work?n=1 in %.1f ms, /health in "
+              "%.1f ms" % (dt1 * 1e3, dt2 * 1e3))
+        check(r1[0] == 200 and r1[2] == work_body("fresh", 1) and
+              dt1 < SUSPEND_LIGHT_S, "fresh /work?n=1: %r in %.2f s" %
+              (r1[:1], dt1))
+        check(r2[0] == 200 and dt2 < SUSPEND_LIGHT_S,
+              "fresh /health: %r in %.2f s" % (r2[:1], dt2))
+        st = sample()
+        check(st["out_suspended"] == 1 and
+              st["work_done"] - done0 == computed + 1,
+              "the suspended connection moved: work_done +%d (was +%d and "
+              "one fresh), out_suspended %d" %
+              (st["work_done"] - done0, computed, st["out_suspended"]))
+
+        # (b) Memory stays flat.
+        print("suspend: VmRSS %.1f MB idle, peak %.1f MB (+%.1f MB); "
+              "mem_peak %d bytes (mem_bound %d)" %
+              (base, peak[0], peak[0] - base, st["mem_peak"],
+               st["mem_bound"]))
+        if sanitizer(server):
+            print("suspend: under %s, VmRSS is not checked" %
+                  sanitizer(server))
+        else:
+            check(peak[0] - base < SUSPEND_RSS_MB,
+                  "VmRSS grew by %.1f MB (cap %d)" %
+                  (peak[0] - base, SUSPEND_RSS_MB))
+
+        # (d) The client reads: resumed, the rest computed, all in order.
+        # A resume that failed to restart the workers would show as a
+        # stall: say what the server holds then. The window grows first,
+        # so that the kernel's zero-window probes, backed off while the
+        # client read nothing, do not pace the reads.
+        c.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
+        c.sock.settimeout(SUSPEND_STALL_S)
+        tr = time.monotonic()
+        for i, body in enumerate(want):
+            try:
+                r = c.read_response()
+            except socket.timeout:
+                st = watch.get()
+                raise Failure("answer %d not there %d s after the one "
+                              "before: %s" % (i, SUSPEND_STALL_S, {
+                                  k: st[k] for k in (
+                                      "out_suspended", "out_suspends",
+                                      "out_resumes", "tasks_inflight",
+                                      "uvs_pending", "write_blocks",
+                                      "stalls", "work_done",
+                                      "interactive", "bulk")}))
+            check(r is not None and r[0] == 200 and r[2] == body,
+                  "answer %d: %r, expected 200 %r" %
+                  (i, r and r[::2], body))
+        t_read = time.monotonic() - tr
+        sender.join(30)
+        check(c.get("/health")[0] == 200, "the connection goes on")
+        c.close()
+        st = watch.get()
+        print("suspend: all %d answered in order in %.2f s once read; "
+              "out_suspends %d, out_resumes %d" %
+              (SUSPEND_REQUESTS, t_read, st["out_suspends"],
+               st["out_resumes"]))
+        check(st["work_done"] - done0 >= SUSPEND_REQUESTS + 1,
+              "work_done +%d" % (st["work_done"] - done0))
+        check(st["out_suspended"] == 0 and
+              st["out_resumes"] == st["out_suspends"],
+              "out_suspended %d, out_suspends %d, out_resumes %d" %
+              (st["out_suspended"], st["out_suspends"], st["out_resumes"]))
+        check(st["suspend_mismatch"] == 0 and
+              st["answers_out_of_order"] == 0 and
+              st["order_violations"] == 0, "order or count checks failed")
+
+        # A suspended connection reset by its client: the close ends the
+        # suspension and its queued requests are handed back unrun.
+        data2, _ = suspend_requests("r", SUSPEND_REQUESTS)
+        c2, _ = non_reader(server, data2)
+        check(harness.wait_until(lambda: watch.get()["out_suspended"] == 1,
+                                 30), "the second client was never "
+              "suspended")
+        before = watch.get()
+        c2.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                           struct.pack("ii", 1, 0))
+        c2.close()
+        check(harness.wait_until(
+            lambda: watch.get()["out_suspend_closes"] >= 1, 30),
+            "the reset connection's suspension never ended")
+        st = watch.get()
+        # What was queued is handed back unrun; a task a lane had already
+        # taken may have run. How many were queued depends on where the
+        # suspension fell (a loop worker may have run its whole batch).
+        cancelled = st["tasks_cancelled"] - before["tasks_cancelled"]
+        ran = st["tasks_ran"] - before["tasks_ran"]
+        print("suspend: a suspended connection reset: closed with %d "
+              "requests queued; %d handed back unrun, %d ran" %
+              (before["tasks_inflight"], cancelled, ran))
+        check(st["out_suspended"] == 0 and st["tasks_inflight"] == 0 and
+              cancelled + ran == before["tasks_inflight"] and
+              ran <= 2 * 2,
+              "after the reset: out_suspended %d, tasks_inflight %d, "
+              "%d queued, %d cancelled, %d ran" %
+              (st["out_suspended"], st["tasks_inflight"],
+               before["tasks_inflight"], cancelled, ran))
+
+        # One left suspended when the server stops: its close, too, ends
+        # the suspension, and the server's exit checks the balance.
+        data3, _ = suspend_requests("k", SUSPEND_REQUESTS)
+        c3, _ = non_reader(server, data3)
+        check(harness.wait_until(lambda: watch.get()["out_suspended"] == 1,
+                                 30), "the third client was never "
+              "suspended")
+    finally:
+        stop_ok(server)
+    check("out_suspend_closes=2 " in server.stderr and
+          "balanced" in server.stderr,
+          "the server's stop did not end the last suspension")
+    c3.close()
+    return 0
+
+
 TESTS = {
     "slowloris": test_slowloris,
     "never-read": test_never_read,
@@ -1443,6 +1683,8 @@ TESTS = {
     "slow-read": test_slow_read,
     "chunked": test_chunked,
     "head": test_head,
+    "suspend": test_suspend,
+    "suspend-loop": lambda binary: test_suspend(binary, "loop"),
 }
 
 
