@@ -13,7 +13,9 @@
  *       200 us spin on 8 keys ahead of it): from the last earlier task's
  *       return to the barrier's run_cb start, p50 and p99, against a serial
  *       pool worker's hand-off from one queued task's return to the next
- *       one's start. Timestamps are uv_hrtime() in the run_cbs.
+ *       one's start. Timestamps are uv_hrtime() in the run_cbs. Also
+ *       reported: the same barrier on a scheduler with a task budget
+ *       instead of the time slice.
  *
  * Everything runs in one process; the variants of a row alternate their
  * order from one repetition to the next, as elsewhere.
@@ -666,20 +668,34 @@ static int h3_variant(uv_loop_t* loop,
 }
 
 
+/* Variant 2 is variant 1 on a scheduler whose drains and lanes take turns
+ * of `budget` tasks instead of the default ~1 ms time slice: on a busy
+ * machine a lane preempted for most of its slice finds it spent when its
+ * task returns and gives up its pool thread, and the barrier then waits
+ * for a lane that the loop thread posts (uv_queue_work). */
+#define H3_BUDGET 64
+
 void bench_h3_barrier(const bench_cfg_t* cfg) {
-  static const char* const where[2] = {"h3 serial hand-off",
-                                       "h3 barrier, width 4"};
+  static const char* const where[3] = {"h3 serial hand-off",
+                                       "h3 barrier, width 4",
+                                       "h3 barrier, width 4, budget 64"};
+  static const char* const slow_name[3] = {
+      "h3.over10us.serial", "h3.over10us.barrier", "h3.over10us.budget"};
   uv_loop_t loop;
   uvs_sched_t sched;
+  uvs_sched_t budgeted;
+  uvs_sched_options_t so;
   uvs_worker_t serial;
   uvs_worker_t wide;
+  uvs_worker_t wide_budget;
   uvs_worker_options_t wo;
-  h3_t h[2]; /* 0: serial, 1: barrier */
+  h3_t h[3]; /* 0: serial, 1: barrier, 2: barrier with a budget */
   bench_row_t* p50_row;
   bench_row_t* p99_row;
-  double p50[2];
-  double p99[2];
-  double slow[2][BENCH_MAX_RUNS];
+  bench_row_t* budget_row;
+  double p50[3];
+  double p99[3];
+  double slow[3][BENCH_MAX_RUNS];
   int run;
   int k;
   int v;
@@ -692,41 +708,52 @@ void bench_h3_barrier(const bench_cfg_t* cfg) {
                       "barrier on a width-4 worker, 4 busy lanes: last "
                       "task's return to its start, p99, vs serial hand-off",
                       "us", BENCH_LE, 1.5, 0);
+  budget_row = bench_row("h3.p99-budget",
+                         "the same barrier p99 with budget 64 (no time "
+                         "slice), vs the same serial hand-off",
+                         "us", BENCH_INFO, NAN, 0);
 
   bench_loop_init(&loop);
   sched_open_hook(&loop, &sched, NULL, NULL);
+  memset(&so, 0, sizeof(so));
+  so.budget = H3_BUDGET;
+  if (uvs_sched_init(&loop, &budgeted, &so) != 0)
+    abort();
   if (uvs_worker_init(&sched, &serial, UVS_POOL) != 0)
     abort();
   memset(&wo, 0, sizeof(wo));
   wo.width = 4;
-  if (uvs_worker_init_ex(&sched, &wide, UVS_POOL, &wo) != 0)
+  if (uvs_worker_init_ex(&sched, &wide, UVS_POOL, &wo) != 0 ||
+      uvs_worker_init_ex(&budgeted, &wide_budget, UVS_POOL, &wo) != 0)
     abort();
-  for (v = 0; v < 2; v++) {
+  for (v = 0; v < 3; v++) {
     memset(&h[v], 0, sizeof(h[v]));
-    h[v].worker = v == 0 ? &serial : &wide;
-    h[v].keyed = v;
+    h[v].worker = v == 0 ? &serial : v == 1 ? &wide : &wide_budget;
+    h[v].keyed = v != 0;
     h[v].rounds = cfg->hooks_rounds;
     h[v].spin_ns = (uint64_t) cfg->hooks_spin_us * 1000;
     h[v].lat = bench_alloc(h[v].rounds, sizeof(double));
   }
 
   for (run = 0; run < cfg->runs; run++) {
-    for (k = 0; k < 2; k++) {
-      v = bench_order(run, 2, k);
+    for (k = 0; k < 3; k++) {
+      v = bench_order(run, 3, k);
       p50[v] = p99[v] = slow[v][run] = NAN;
       h3_variant(&loop, &h[v], &p50[v], &p99[v], &slow[v][run], where[v]);
       bench_note(cfg, where[v], run, p99[v], "us p99");
     }
     bench_row_add(p50_row, p50[1], p50[0]);
     bench_row_add(p99_row, p99[1], p99[0]);
+    bench_row_add(budget_row, p99[2], p99[0]);
   }
 
-  bench_figure("h3.over10us.barrier", bench_median(slow[1], cfg->runs),
-               "share");
-  bench_figure("h3.over10us.serial", bench_median(slow[0], cfg->runs), "share");
+  for (v = 0; v < 3; v++)
+    bench_figure(slow_name[v], bench_median(slow[v], cfg->runs), "share");
 
   bench_check_stats(&sched, "h3");
+  bench_check_stats(&budgeted, "h3 budget");
+  bench_sched_close(&loop, &budgeted, "h3 budget");
   bench_sched_close(&loop, &sched, "h3");
   bench_loop_close(&loop, "h3");
-  for (v = 0; v < 2; v++) bench_free(h[v].lat);
+  for (v = 0; v < 3; v++) bench_free(h[v].lat);
 }
