@@ -76,6 +76,12 @@ typedef struct bench_cfg_s {
   unsigned groups_bulk_ms;   /* g1: the bulk group's tasks */
   unsigned groups_warm_ms;   /* g2: before the window */
   unsigned groups_window_ms; /* g2: run_cb time is compared over this */
+
+  /* Hooks, suspend and resume, barriers, 0.4 (scenarios-hooks.c). */
+  size_t hooks_calls;     /* h2: schedules, or suspend + resume pairs */
+  size_t hooks_queued;    /* h2: tasks queued on the suspended worker */
+  size_t hooks_rounds;    /* h3: latency samples per variant */
+  unsigned hooks_spin_us; /* h3: the busy tasks ahead of each sample */
 } bench_cfg_t;
 
 
@@ -442,6 +448,9 @@ int bench_keyed_run(bench_keyed_t* k, const char* where);
 
 /* ---- scenarios ---------------------------------------------------------- */
 
+void bench_h1_hook_cost(const bench_cfg_t* cfg);     /* scenarios-hooks.c */
+void bench_h2_suspend(const bench_cfg_t* cfg);       /* scenarios-hooks.c */
+void bench_h3_barrier(const bench_cfg_t* cfg);       /* scenarios-hooks.c */
 void bench_g1_interactive(const bench_cfg_t* cfg);   /* scenarios-groups.c */
 void bench_g2_shares(const bench_cfg_t* cfg);        /* scenarios-groups.c */
 void bench_g3_cost(const bench_cfg_t* cfg);          /* scenarios-groups.c */

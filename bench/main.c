@@ -52,6 +52,12 @@ typedef struct scenario_s {
 } scenario_t;
 
 static const scenario_t scenarios[] = {
+    {"h1", "hooks-cost", "0.4: s1's and s3's loads with an empty hook vs none",
+     bench_h1_hook_cost},
+    {"h2", "suspend", "0.4: suspend + resume vs uvs_schedule; 10k queued vs 0",
+     bench_h2_suspend},
+    {"h3", "barrier", "0.4: barrier behind 4 busy lanes vs serial hand-off",
+     bench_h3_barrier},
     {"g1", "groups-lat",
      "0.4: interactive group's short tasks beside a busy bulk group",
      bench_g1_interactive},
@@ -858,6 +864,10 @@ static void cfg_full(bench_cfg_t* c) {
   c->groups_bulk_ms = 50;
   c->groups_warm_ms = 500;
   c->groups_window_ms = 10000;
+  c->hooks_calls = 1000000;
+  c->hooks_queued = 10000;
+  c->hooks_rounds = 1000;
+  c->hooks_spin_us = 200;
 }
 
 
@@ -910,6 +920,10 @@ static void cfg_smoke(bench_cfg_t* c) {
   c->groups_bulk_ms = 5;
   c->groups_warm_ms = 20;
   c->groups_window_ms = 100;
+  c->hooks_calls = 20000;
+  c->hooks_queued = 10000;
+  c->hooks_rounds = 20;
+  c->hooks_spin_us = 200;
 }
 
 
