@@ -55,6 +55,9 @@ int uvs__take_out(uvs_worker_t* w, uvs_task_t* t) {
       uvs__keys_space_check(w);
   }
   uvs__unqueued(w);
+  /* A suspended worker left with nothing queued holds uv_run no more. */
+  if (w->phase == UVS__P_PARKED && !uvs__worker_nonempty(w))
+    uvs__unpark(w);
   return 0;
 }
 

@@ -230,3 +230,55 @@ void uvs__hazard_wait_pins(uvs_worker_t* w) {
 int uvs__hazard_index(void) {
   return own != NULL ? (int) own->index : -1;
 }
+
+
+/* ---- a worker's pin --------------------------------------------------- */
+
+
+int uvs__worker_enter(uvs_worker_t* w) {
+  /* Pairs with finish_closes(): it stores closed, then waits for inflight to
+   * drop to zero. Both sides are seq_cst, so either we see closed or the
+   * closer sees our pin. */
+  uvs__add_sc(&w->inflight, 1);
+  if (__atomic_load_n(&w->closed, __ATOMIC_SEQ_CST)) {
+    uvs__sub_sc(&w->inflight, 1);
+    return UV_ESHUTDOWN;
+  }
+  return 0;
+}
+
+
+void uvs__worker_leave(uvs_worker_t* w) {
+  uvs__sub_sc(&w->inflight, 1);
+}
+
+
+int uvs__worker_pin(uvs_worker_t* w, int* pinned) {
+  int err;
+
+  /* On the loop thread a close can't complete under the caller (that
+   * happens on the loop thread too); elsewhere the thread's hazard slot
+   * holds it off. Either way a closed worker answers before its
+   * scheduler, which may be gone, is touched. shut_door() in close.c is
+   * the other half. */
+  if (uvs__is_thread(&w->thread)) {
+    *pinned = UVS__PIN_NONE;
+    return uvs__load_acq(&w->closed) ? UV_ESHUTDOWN : 0;
+  }
+  err = uvs__hazard_pin(w);
+  if (err != 0)
+    return err;
+  *pinned = UVS__PIN_SLOT;
+  if (__atomic_load_n(&w->closed, __ATOMIC_SEQ_CST)) {
+    uvs__hazard_unpin();
+    return UV_ESHUTDOWN;
+  }
+  return 0;
+}
+
+
+void uvs__worker_unpin(uvs_worker_t* w, int pinned) {
+  (void) w;
+  if (pinned == UVS__PIN_SLOT)
+    uvs__hazard_unpin();
+}

@@ -27,3 +27,14 @@ int uvs__hazard_index(void);
 /* Waits until no slot pins w; w->closed is stored (seq_cst). No lock
  * held. */
 void uvs__hazard_wait_pins(uvs_worker_t* w);
+/* Pins a worker against its close completing while a caller on another
+ * thread is inside the API; returns 0 or UV_ESHUTDOWN if it is closed. */
+int uvs__worker_enter(uvs_worker_t* worker);
+void uvs__worker_leave(uvs_worker_t* worker);
+/* Pins the worker in the caller's hazard slot if the caller is not on its
+ * loop's thread (*pinned says whether; unpin with uvs__worker_unpin).
+ * Returns UV_ESHUTDOWN if it is closed, UV_ENOMEM if the thread needed a
+ * slot and none could be allocated. Never reads the scheduler. */
+enum { UVS__PIN_NONE = 0, UVS__PIN_SLOT = 1 };
+int uvs__worker_pin(uvs_worker_t* worker, int* pinned);
+void uvs__worker_unpin(uvs_worker_t* worker, int pinned);

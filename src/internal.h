@@ -473,17 +473,6 @@ static inline int uvs__suspended(uvs_worker_t* w) {
 /* A batch of n run_cbs of a pool worker took ns (lock held): the group's
  * stats, and its share of the time when groups compete. */
 void uvs__group_ran(uvs_worker_t* worker, unsigned n, uint64_t ns);
-/* Pins a worker against its close completing while a caller on another
- * thread is inside the API; returns 0 or UV_ESHUTDOWN if it is closed. */
-int uvs__worker_enter(uvs_worker_t* worker);
-void uvs__worker_leave(uvs_worker_t* worker);
-/* Pins the worker in the caller's hazard slot if the caller is not on its
- * loop's thread (*pinned says whether; unpin with uvs__worker_unpin).
- * Returns UV_ESHUTDOWN if it is closed, UV_ENOMEM if the thread needed a
- * slot and none could be allocated. Never reads the scheduler. */
-enum { UVS__PIN_NONE = 0, UVS__PIN_SLOT = 1 };
-int uvs__worker_pin(uvs_worker_t* worker, int* pinned);
-void uvs__worker_unpin(uvs_worker_t* worker, int pinned);
 /* Init with options (NULL = defaults), after the caller checked them
  * (sched.c). */
 int uvs__worker_init(uvs_sched_t* sched,

@@ -181,7 +181,8 @@ static int serve_wide(uvs_sched_t* s, uvs_worker_t* w, uvs__queue_t* list) {
     return 1;
   }
   if (uvs__suspended(w)) {
-    want_lanes(w); /* parks it, as listed before the suspend came */
+    if (uvs__worker_nonempty(w))
+      want_lanes(w); /* parks it, as listed before the suspend came */
     return 1;
   }
   busy = uvs__keys_intake(w) == UV_EAGAIN;

@@ -1,8 +1,8 @@
-/* A worker's queue and its custody of tasks: the pin that keeps a worker
- * (and so its scheduler) from completing its close while a caller on
- * another thread is inside the API; the queue (a lock-free inbox in front
- * of an unlinkable FIFO); the idle/busy hand-off that makes a worker ready
- * once, however many producers push; and the hand-back that ends custody.
+/* A worker's queue and its custody of tasks: the queue (a lock-free inbox
+ * in front of an unlinkable FIFO); the idle/busy hand-off that makes a
+ * worker ready once, however many producers push; the ready order; and
+ * the hand-back that ends custody. (The pin that keeps a worker from
+ * completing its close under a caller is hazard.c's.)
  *
  * The queue: the inbox is Vyukov's intrusive MPSC queue: a producer swaps
  * itself in as the tail (one atomic exchange) and then links its
@@ -23,55 +23,6 @@
 #include "internal.h"
 
 #include <sched.h>
-
-
-int uvs__worker_enter(uvs_worker_t* w) {
-  /* Pairs with finish_closes(): it stores closed, then waits for inflight to
-   * drop to zero. Both sides are seq_cst, so either we see closed or the
-   * closer sees our pin. */
-  uvs__add_sc(&w->inflight, 1);
-  if (__atomic_load_n(&w->closed, __ATOMIC_SEQ_CST)) {
-    uvs__sub_sc(&w->inflight, 1);
-    return UV_ESHUTDOWN;
-  }
-  return 0;
-}
-
-
-void uvs__worker_leave(uvs_worker_t* w) {
-  uvs__sub_sc(&w->inflight, 1);
-}
-
-
-int uvs__worker_pin(uvs_worker_t* w, int* pinned) {
-  int err;
-
-  /* On the loop thread a close can't complete under the caller (that
-   * happens on the loop thread too); elsewhere the thread's hazard slot
-   * holds it off. Either way a closed worker answers before its
-   * scheduler, which may be gone, is touched. shut_door() in close.c is
-   * the other half. */
-  if (uvs__is_thread(&w->thread)) {
-    *pinned = UVS__PIN_NONE;
-    return uvs__load_acq(&w->closed) ? UV_ESHUTDOWN : 0;
-  }
-  err = uvs__hazard_pin(w);
-  if (err != 0)
-    return err;
-  *pinned = UVS__PIN_SLOT;
-  if (__atomic_load_n(&w->closed, __ATOMIC_SEQ_CST)) {
-    uvs__hazard_unpin();
-    return UV_ESHUTDOWN;
-  }
-  return 0;
-}
-
-
-void uvs__worker_unpin(uvs_worker_t* w, int pinned) {
-  (void) w;
-  if (pinned == UVS__PIN_SLOT)
-    uvs__hazard_unpin();
-}
 
 
 /* ---- the ready order --------------------------------------------------- */

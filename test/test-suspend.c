@@ -960,3 +960,56 @@ TEST_IMPL(suspend_wide_from_run_cb) {
   test_latch_destroy(&suspended_latch);
   return 0;
 }
+
+
+/* A suspended worker whose queued tasks are all cancelled holds nothing
+ * pending: uv_run returns, as it would for an idle worker. An unref'd
+ * timer fails the test if the loop is still held after 2 s. */
+static void held_too_long(uv_timer_t* handle) {
+  (void) handle;
+  ASSERT(0 &&
+         "uv_run did not return: a suspended worker with nothing "
+         "queued held the loop");
+}
+
+
+static void cancelled_let_loop_end(unsigned width) {
+  uvs_worker_options_t o;
+  uv_timer_t timer;
+  uvs_worker_t w;
+  int i;
+
+  setup();
+  memset(&o, 0, sizeof(o));
+  o.width = width;
+  ASSERT_OK(uvs_worker_init_ex(&sched, &w, UVS_POOL, &o));
+  init_items(3, &w);
+  ASSERT_OK(uvs_worker_suspend(&w));
+  schedule_range(&w, 0, 3);
+  (void) uv_run(&loop, UV_RUN_NOWAIT); /* lanes or a drain come and park */
+  ASSERT_EQ(atomic_load(&nruns), 0);
+  for (i = 0; i < 3; i++) ASSERT_OK(uvs_task_cancel(&items[i].task));
+  ASSERT_OK(uv_timer_init(&loop, &timer));
+  ASSERT_OK(uv_timer_start(&timer, held_too_long, 2000, 0));
+  uv_unref((uv_handle_t*) &timer);
+  ASSERT_OK(uv_run(&loop, UV_RUN_DEFAULT));
+  ASSERT_EQ(ndone, 3);
+  for (i = 0; i < 3; i++) ASSERT_ERR(items[i].status, UV_ECANCELED);
+  ASSERT_EQ(atomic_load(&nruns), 0);
+  ASSERT_OK(uv_timer_stop(&timer));
+  uv_close((uv_handle_t*) &timer, NULL);
+  ASSERT_OK(uvs_worker_resume(&w));
+  teardown();
+}
+
+
+TEST_IMPL(suspend_cancelled_let_loop_end) {
+  cancelled_let_loop_end(1);
+  return 0;
+}
+
+
+TEST_IMPL(suspend_cancelled_let_loop_end_wide) {
+  cancelled_let_loop_end(4);
+  return 0;
+}
