@@ -504,7 +504,13 @@ void uvs__fall_due(uvs__queue_t* due) {
 
 
 void uvs__due(uvs_worker_t* w, uvs_task_t* t, int keyed) {
-  uvs__task_update(t, UVS__T_MASK, UVS__T_QUEUED);
+  /* A keyed task its key's count did not take is marked, so that its key
+   * counts it in when lanes take it in, not out before (keys.c). */
+  uvs__task_update(
+      t, UVS__T_MASK,
+      UVS__T_QUEUED |
+          (w->key_max != 0 && !keyed && uvs__task_key(t) != 0 ? UVS__T_UNCOUNTED
+                                                              : 0));
   uvs__mark_ready(w, t);
   /* With per-key bounds every queued task is filed under its key once its
    * key's count has taken it (without memory for the key's entry it goes

@@ -160,7 +160,8 @@ enum {
   UVS__T_CANCELLED = 0x20, /* a periodic task was cancelled while running */
   UVS__T_POST = 0x40,      /* library-owned node of uvs_post */
   UVS__T_DEFERRED = 0x80,  /* handed back while a run_cb of it executes */
-  UVS__T_BARRIER = 0x100   /* a barrier on a wide worker (keys.c) */
+  UVS__T_BARRIER = 0x100,  /* a barrier on a wide worker (keys.c) */
+  UVS__T_UNCOUNTED = 0x200 /* queued past its key's count (uvs__due) */
 };
 /* The high half counts run_cbs of the task still executing after the task
  * was scheduled again from inside one of them (a one-shot may do that, and

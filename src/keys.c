@@ -207,16 +207,20 @@ int uvs__keys_intake(uvs_worker_t* w) {
       continue;
     }
     e = uvs__kt_lookup(k, t->key);
-    if (e != NULL && e->head != NULL) {
-      uvs__queue_push(&e->q, &t->node);
-      continue;
-    }
-    if (e == NULL)
-      e = uvs__kt_new(k, t->key);
-    if (e == NULL) {
+    if (e == NULL && (e = uvs__kt_new(k, t->key)) == NULL) {
       /* Out of memory: back to the head of the FIFO, for a later try. */
       uvs__queue_unshift(&w->fifo, &t->node);
       return UV_ENOMEM;
+    }
+    /* Per-key bounds: a task queued past its key's count counts in now
+     * that it is filed under its key, so that it counts out once. */
+    if (__atomic_load_n(&t->state, __ATOMIC_RELAXED) & UVS__T_UNCOUNTED) {
+      uvs__task_update(t, UVS__T_UNCOUNTED, 0);
+      __atomic_fetch_add(&e->queued, 1, __ATOMIC_SEQ_CST);
+    }
+    if (e->head != NULL) {
+      uvs__queue_push(&e->q, &t->node);
+      continue;
     }
     set_head(e, t);
     ready_push(w, t);
@@ -356,8 +360,10 @@ void uvs__keys_unlinked(uvs_worker_t* w, uvs_task_t* t) {
   if (e == NULL)
     return;
   /* A picked head was counted out when it was picked; the rest of its
-   * key's run, in the lane's slots, counts out as each starts or leaves. */
-  if (!(e->head == t && e->taken))
+   * key's run, in the lane's slots, counts out as each starts or leaves.
+   * One queued past its key's count and not taken in was never in it. */
+  if (!(e->head == t && e->taken) &&
+      !(__atomic_load_n(&t->state, __ATOMIC_RELAXED) & UVS__T_UNCOUNTED))
     count_out(w, e);
   if (e->head == t && !e->taken)
     release(w, e);

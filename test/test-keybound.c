@@ -1451,3 +1451,85 @@ TEST_IMPL(keybound_cancel_from_run) {
   rk_teardown();
   return 0;
 }
+
+
+/* ---- a task queued past its key's count --------------------------------- */
+
+/* A delayed task that falls due when its key's entry can't be had (no
+ * memory past the worker's block) is queued past its key's count. Its key
+ * must not count it out later: neither when a cancel takes it out nor
+ * when lanes take it in and run it. With the count drifting, the key would
+ * take a third task at key_max_pending 2 (cancel), or answer UV_EAGAIN for
+ * ever once empty (run). */
+#define UC_FILL 50 /* KEYS_ACTIVE(2): every entry of the worker's block */
+
+/* A task of key 8's, left out of item_run's per-key order checks (its
+ * kidx is 0): the task queued past its count may start after later ones
+ * of its key. */
+static item_t* uc_item(void) {
+  item_t* it;
+
+  it = new_item(0);
+  ASSERT_OK(uvs_task_set_key(&it->task, key_of(8)));
+  return it;
+}
+
+
+static int uc_sched(void) {
+  return uvs_schedule(&worker, &uc_item()->task);
+}
+
+
+static void uncounted(int cancel) {
+  item_t* d;
+  item_t* it;
+  int i;
+
+  open_manual = 1;
+  open_loop(0);
+  open_manual = 0;
+  open_worker(2, 2, UVS_FULL_REJECT, 0);
+  hold_lanes(2);
+  for (i = 0; i < UC_FILL; i++) {
+    it = new_item(0);
+    ASSERT_OK(uvs_task_set_key(&it->task, 1000 + (uint64_t) i));
+    ASSERT_OK(uvs_schedule(&worker, &it->task));
+  }
+  d = uc_item();
+  ASSERT_OK(uvs_schedule_after(&worker, &d->task, 10));
+  uvs__alloc_fail_all(1);
+  ASSERT_OK(uvs_clock_advance(&sched, 10));
+  TEST_RUN_UNTIL(&loop, (metrics(&m_scratch), m_scratch.delayed == 0));
+  uvs__alloc_fail_all(0);
+  ASSERT_OK(uc_sched()); /* its key's entry now: counted 1 */
+  if (cancel) {
+    ASSERT_OK(uvs_task_cancel(&d->task));
+    ASSERT_OK(uc_sched());
+    ASSERT_ERR(uc_sched(), UV_EAGAIN); /* two queued: full */
+  }
+  release_lanes();
+  /* Every task but the refused one comes back. */
+  TEST_RUN_UNTIL(&loop, ndone == nitems - (cancel ? 1 : 0));
+  ASSERT_EQ(d->done_calls, 1);
+  if (cancel)
+    ASSERT_ERR(d->status, UV_ECANCELED);
+  else
+    ASSERT_OK(d->status);
+  /* The key is empty: it takes a task again (a count that went below 0
+   * would read as full for ever). */
+  ASSERT_OK(uc_sched());
+  TEST_RUN_UNTIL(&loop, ndone == nitems - (cancel ? 1 : 0));
+  teardown();
+}
+
+
+TEST_IMPL(keybound_uncounted_cancel) {
+  uncounted(1);
+  return 0;
+}
+
+
+TEST_IMPL(keybound_uncounted_run) {
+  uncounted(0);
+  return 0;
+}
