@@ -49,9 +49,10 @@ static inline __attribute__((always_inline)) void run_one(uvs_sched_t* s,
      * running, as a task with a done_cb is, and the worker's derived
      * queued count (uvs_worker_metrics) doesn't take it off twice. */
     uvs__bump(c.ran);
+    /* Reported while the task is still the library's. */
+    uvs__hook(s, w, (st & UVS__T_POST) ? NULL : t, UVS_EV_STARTED, 0);
     if (!(st & UVS__T_POST))
       uvs__store_rel(&t->state, UVS__T_FINISHED);
-    uvs__hook(s, w, (st & UVS__T_POST) ? NULL : t, UVS_EV_STARTED, 0);
     uvs__tls.current = t;
     uvs__tls.rescheduled = 0;
     t->run_cb(t);
