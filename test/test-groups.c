@@ -986,30 +986,50 @@ static void ratio_tick(uv_timer_t* handle) {
 }
 
 
+/* One window can be disturbed by the machine: run_cb time is wall time,
+ * and a thread of one group that the kernel takes off its core for a
+ * while counts that while as its group's. Seen once under ASan with the
+ * tests run in parallel on 2 cores (B/A 3.79, every other run 2.97 to
+ * 3.02). A scheduler whose shares are off fails all three windows. */
+static void shares_reset(void) {
+  sh_phase = 0;
+  sh_stretched = 0;
+  atomic_store(&sh_longest, 0);
+  memset(sh_snap, 0, sizeof(sh_snap));
+  memset(sh_snap_longest, 0, sizeof(sh_snap_longest));
+  sh_out[0] = 0;
+  sh_out[1] = 0;
+}
+
+
 static int shares_ratio(unsigned cap) {
   uint64_t a;
   uint64_t b;
   double r;
+  int attempt;
 
-  feed_setup(cap, 1, 3, ratio_tick);
-  ASSERT_EQ(sh_phase, 2);
-  a = snap_ns(0, 1, 0);
-  b = snap_ns(0, 1, 1);
-  fprintf(stderr,
-          "# cap %u: run_cb time in the window: A %" PRIu64
-          " us (shares 1), B %" PRIu64 " us (shares 3); longest run_cb %" PRIu64
-          " us\n",
-          cap, a / 1000, b / 1000, sh_snap_longest[1] / 1000);
-  TEST_CLOSE_SCHED_AND_LOOP(&loop, &sched, UVS_CANCEL);
-  if (sh_stretched)
-    RETURN_SKIP("the machine stretched a run_cb past a tenth of the window");
-  ASSERT_UINT64_GE(a + b, MS(100)); /* 80 turns or more */
-  ASSERT_UINT64_GT(a, 0);
-  r = (double) b / (double) a;
-  fprintf(stderr, "# B/A = %.3f (want 3, within 25%%)\n", r);
-  ASSERT(r >= 3.0 * 0.75);
-  ASSERT(r <= 3.0 * 1.25);
-  return 0;
+  for (attempt = 1;; attempt++) {
+    shares_reset();
+    feed_setup(cap, 1, 3, ratio_tick);
+    ASSERT_EQ(sh_phase, 2);
+    a = snap_ns(0, 1, 0);
+    b = snap_ns(0, 1, 1);
+    fprintf(stderr,
+            "# cap %u: run_cb time in the window: A %" PRIu64
+            " us (shares 1), B %" PRIu64
+            " us (shares 3); longest run_cb %" PRIu64 " us\n",
+            cap, a / 1000, b / 1000, sh_snap_longest[1] / 1000);
+    TEST_CLOSE_SCHED_AND_LOOP(&loop, &sched, UVS_CANCEL);
+    if (sh_stretched)
+      RETURN_SKIP("the machine stretched a run_cb past a tenth of the window");
+    ASSERT_UINT64_GE(a + b, MS(100)); /* 80 turns or more */
+    ASSERT_UINT64_GT(a, 0);
+    r = (double) b / (double) a;
+    fprintf(stderr, "# B/A = %.3f (want 3, within 25%%)\n", r);
+    if (r >= 3.0 * 0.75 && r <= 3.0 * 1.25)
+      return 0;
+    ASSERT(attempt < 3 && "shares off by more than 25% in three windows");
+  }
 }
 
 
