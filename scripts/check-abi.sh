@@ -47,7 +47,7 @@ libuvsched.so.[0-9]*) ;;
 *) uvs_die "$lib: SONAME '$soname' is not libuvsched.so.N" ;;
 esac
 n=${soname#libuvsched.so.}
-readelf -S "$lib" | grep -q '\.debug_info' ||
+readelf -S "$lib" | grep '\.debug_info' >/dev/null ||
   uvs_die "$lib has no debug information: abidiff would see no types"
 
 if [ "$write" -eq 1 ]; then

@@ -83,10 +83,10 @@ uvs_install_pkgs "$tmp"/libuvsched1_*.deb "$tmp"/libuvsched-dev_*.deb
 dpkg-query -W libuvsched1 libuvsched-dev
 
 exe() { # NAME: runs the consumer NAME, which must print its line
-  "$1" | grep -q "3 tasks in order" || uvs_die "$1 did not run as it should"
+  "$1" | grep "3 tasks in order" >/dev/null || uvs_die "$1 did not run as it should"
   echo "$1: ok"
 }
-needs_uvsched() { readelf -d "$1" | grep -q 'NEEDED.*libuvsched\.so'; }
+needs_uvsched() { readelf -d "$1" | grep 'NEEDED.*libuvsched\.so' >/dev/null; }
 
 section "pkg-config consumer"
 # shellcheck disable=SC2046 # pkg-config's output is words on purpose

@@ -79,7 +79,7 @@ check_refs() {
   model_names=$(sed -n 's/^[[:space:]]*\(active[[:space:]]\{1,\}\)\{0,1\}\(inline\|proctype\)[[:space:]]\{1,\}\([A-Za-z_][A-Za-z0-9_]*\).*/\3/p' "$model")
   for name in $(printf '%s\n' "$header" | grep -Eo '[A-Za-z_][A-Za-z0-9_]*\(\)' |
     sed 's/()$//' | sort -u); do
-    if printf '%s\n' "$model_names" | grep -qx "$name"; then
+    if printf '%s\n' "$model_names" | grep -x "$name" >/dev/null; then
       continue
     fi
     found=0
