@@ -57,6 +57,7 @@ typedef struct bench_cfg_s {
   unsigned users_wait_ms;  /* u4: deadline of one dependency wait */
   size_t users_keys;       /* u5: keys on the width-4 worker */
   size_t users_per;        /* u5: tasks per key */
+  unsigned users_budget;   /* u1-u5: the scheduler's budget (0: slice) */
 
   /* The 0.3 group (scenarios-03.c). */
   size_t v03_pending;          /* r1, r2: delayed tasks, and active timers */

@@ -2,7 +2,7 @@
  * runs the scenarios, then prints the table and writes the JSON.
  *
  *   uvsched-bench [--smoke] [--runs N] [--only NAME[,NAME...]]
- *                 [--json PATH] [--verbose] [--list]
+ *                 [--json PATH] [--verbose] [--list] [--users-budget N]
  */
 
 #include "bench.h"
@@ -933,12 +933,15 @@ static void usage(FILE* f) {
   fprintf(f,
           "usage: uvsched-bench [--smoke] [--runs N] [--only NAME[,NAME...]]\n"
           "                     [--json PATH] [--verbose] [--list]\n"
+          "                     [--users-budget N]\n"
           "  --smoke    tiny sizes; checks every task ran exactly once and in\n"
           "             order; exit status 1 on a correctness failure only\n"
           "  --runs N   repetitions per scenario (default 7, smoke 2)\n"
           "  --only     scenarios to run, by id or name (repeatable)\n"
           "  --json     where to write the results (default\n"
           "             uvsched-bench.json; smoke writes none unless asked)\n"
+          "  --users-budget N  the u rows' scheduler runs N tasks per drain\n"
+          "             instead of a time slice (default 0: the slice)\n"
           "scenarios:\n");
   for (i = 0; i < NSCENARIOS; i++)
     fprintf(f, "  %-3s %-13s %s\n", scenarios[i].id, scenarios[i].name,
@@ -1009,6 +1012,7 @@ int main(int argc, char** argv) {
   char command[1024];
   const char* json;
   int runs;
+  long users_budget;
   int smoke;
   int verbose;
   int i;
@@ -1021,6 +1025,7 @@ int main(int argc, char** argv) {
   smoke = 0;
   verbose = 0;
   runs = 0;
+  users_budget = 0;
   json = NULL;
   only[0] = '\0';
   for (i = 1; i < argc; i++) {
@@ -1046,6 +1051,12 @@ int main(int argc, char** argv) {
       strcat(only, argv[i]);
     } else if (strcmp(argv[i], "--json") == 0 && i + 1 < argc) {
       json = argv[++i];
+    } else if (strcmp(argv[i], "--users-budget") == 0 && i + 1 < argc) {
+      users_budget = atol(argv[++i]);
+      if (users_budget < 0 || users_budget > 1000000000) {
+        fprintf(stderr, "uvsched-bench: --users-budget takes 0..1e9\n");
+        return 2;
+      }
     } else if (strcmp(argv[i], "--list") == 0 ||
                strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
       usage(stdout);
@@ -1065,6 +1076,7 @@ int main(int argc, char** argv) {
   cfg.verbose = verbose;
   if (runs != 0)
     cfg.runs = runs;
+  cfg.users_budget = (unsigned) users_budget;
   if (json == NULL && !smoke)
     json = "uvsched-bench.json";
   watchdog_default = cfg.watchdog_s;

@@ -225,9 +225,15 @@ static void lat_rows_add(lat_rows_t* r,
 }
 
 
-static void sched_open(uv_loop_t* loop, uvs_sched_t* sched) {
+static void sched_open(const bench_cfg_t* cfg,
+                       uv_loop_t* loop,
+                       uvs_sched_t* sched) {
+  uvs_sched_options_t o;
+
   bench_loop_init(loop);
-  if (uvs_sched_init(loop, sched, NULL) != 0)
+  memset(&o, 0, sizeof(o));
+  o.budget = cfg->users_budget;
+  if (uvs_sched_init(loop, sched, &o) != 0)
     abort();
 }
 
@@ -450,7 +456,7 @@ static void users_hol(const bench_cfg_t* cfg) {
   h.nshort = n;
   h.long_ns = (uint64_t) cfg->users_long_ms * 1000000;
 
-  sched_open(&loop, &sched);
+  sched_open(cfg, &loop, &sched);
   for (i = 0; i <= n; i++)
     if (uvs_worker_init(&sched, &workers[i], UVS_POOL) != 0)
       abort();
@@ -764,7 +770,7 @@ static void users_mix(const bench_cfg_t* cfg) {
   m->tasks = bench_alloc(max_n, sizeof(*m->tasks));
   m->off = bench_alloc(max_n, sizeof(*m->off));
   sojourn = bench_alloc(max_n, sizeof(*sojourn));
-  sched_open(&loop, &sched);
+  sched_open(cfg, &loop, &sched);
   for (i = 0; i < MIX_WORKERS; i++)
     if (uvs_worker_init(&sched, &workers[i], UVS_POOL) != 0)
       abort();
@@ -1084,7 +1090,7 @@ static void users_dep(const bench_cfg_t* cfg) {
   d->tasks = bench_alloc(d->burst + 2, sizeof(*d->tasks));
   if (uv_mutex_init(&d->lock) != 0 || uv_cond_init(&d->cond) != 0)
     abort();
-  sched_open(&loop, &sched);
+  sched_open(cfg, &loop, &sched);
   if (uvs_worker_init(&sched, &workers[0], UVS_POOL) != 0 ||
       uvs_worker_init(&sched, &workers[1], UVS_POOL) != 0)
     abort();
@@ -1240,7 +1246,7 @@ static void users_keyed(const bench_cfg_t* cfg) {
   kr.tasks = bench_alloc(kr.keys * kr.per, sizeof(*kr.tasks));
   kr.lanes = bench_alloc(kr.keys, sizeof(*kr.lanes));
   naive = bench_alloc(kr.keys, sizeof(*naive));
-  sched_open(&loop, &sched);
+  sched_open(cfg, &loop, &sched);
   memset(&o, 0, sizeof(o));
   o.width = 4;
   if (uvs_worker_init_ex(&sched, &wide, UVS_POOL, &o) != 0)
