@@ -11,7 +11,9 @@
  *                  the loop posting work and a pool thread waking;
  *   cycle          start to start of consecutive tasks on one pool thread:
  *                  a 2 us task and the bookkeeping around it;
- *   start p50/p99  schedule call to run_cb, as bench row u1 reports.
+ *   start p50/p99  schedule call to run_cb, as bench row u1 reports;
+ *   event p50      the callback's first schedule call to run_cb, as the
+ *                  u1 event row reports.
  *
  * Medians over rounds (the first 3 are warm-up). Usage:
  *   uvsched-holprobe [--rounds N] [--cap N]
@@ -43,7 +45,8 @@ typedef struct {
   double* first; /* callback end -> first start, per round */
   double* cycle; /* start -> next start on the same thread */
   double* start; /* call -> start, per task */
-  size_t nend, nfirst, ncycle, nstart;
+  double* event; /* the callback's first call -> start, per task */
+  size_t nend, nfirst, ncycle, nstart, nevent;
 } samples_t;
 
 static item_t items[NSHORT + 1];
@@ -136,6 +139,7 @@ static void collect(samples_t* s) {
   for (i = 1; i <= NSHORT; i++) {
     s->end[s->nend++] = us(cb_end, items[i].call);
     s->start[s->nstart++] = us(items[i].start, items[i].call);
+    s->event[s->nevent++] = us(items[i].start, items[1].call);
     if (items[i].start < first)
       first = items[i].start;
     /* The next start on the same thread. */
@@ -182,7 +186,9 @@ static void variant(const char* name, int rounds, unsigned cap) {
   s.first = calloc((size_t) rounds, sizeof(double));
   s.cycle = calloc(per, sizeof(double));
   s.start = calloc(per, sizeof(double));
-  if (s.end == NULL || s.first == NULL || s.cycle == NULL || s.start == NULL)
+  s.event = calloc(per, sizeof(double));
+  if (s.end == NULL || s.first == NULL || s.cycle == NULL || s.start == NULL ||
+      s.event == NULL)
     abort();
   if (uv_loop_init(&loop) != 0)
     abort();
@@ -210,14 +216,16 @@ static void variant(const char* name, int rounds, unsigned cap) {
     abort();
   printf(
       "%-8s call->cb end p50 %6.1f us | first start p50 %6.1f us | "
-      "cycle p50 %5.2f us | start p50 %6.1f us, p99 %6.1f us\n",
+      "cycle p50 %5.2f us | start p50 %6.1f us, p99 %6.1f us | "
+      "event p50 %6.1f us\n",
       name, quantile(s.end, s.nend, 0.5), quantile(s.first, s.nfirst, 0.5),
       quantile(s.cycle, s.ncycle, 0.5), quantile(s.start, s.nstart, 0.5),
-      quantile(s.start, s.nstart, 0.99));
+      quantile(s.start, s.nstart, 0.99), quantile(s.event, s.nevent, 0.5));
   free(s.end);
   free(s.first);
   free(s.cycle);
   free(s.start);
+  free(s.event);
 }
 
 
