@@ -22,7 +22,7 @@
 #define UVS_BENCH_BUILDTYPE "unknown"
 #endif
 
-#define MAX_ROWS 96
+#define MAX_ROWS 128
 #define MAX_FIGURES 256
 
 struct bench_row_s {
