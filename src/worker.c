@@ -511,13 +511,13 @@ void uvs__end_run(uvs_task_t* t) {
 
 
 /* With a hook: reports a task's hand-back, and releases it if it has no
- * done_cb (a post or a done-less task dropped unrun, uvs__drop_to).
- * Returns 1 if it was released. */
-static int release_dropped(uvs_sched_t* s, uvs_task_t* t, int status) {
+ * done_cb (a post or a done-less task dropped unrun, which comes back
+ * only for this report: uvs__drop_to). Returns 1 if it was released. */
+static int hand_back_hooked(uvs_sched_t* s, uvs_task_t* t, int status) {
   int post;
 
   post = (uvs__load_rlx(&t->state) & UVS__T_POST) != 0;
-  s->hook(t->worker, post ? NULL : t, UVS_EV_HANDED_BACK, status, s->hook_arg);
+  uvs__hook(s, t->worker, post ? NULL : t, UVS_EV_HANDED_BACK, status);
   if (post) {
     uv_mutex_lock(&s->lock);
     uvs__post_release(s, t);
@@ -551,8 +551,8 @@ void uvs__deliver(uvs_sched_t* s) {
     t = uvs__container_of(q, uvs_task_t, node);
     done = t->done_cb;
     status = uvs__task_result(t);
-    if (s->hook != NULL && release_dropped(s, t, status))
-      continue;
+    if (s->hook != NULL && hand_back_hooked(s, t, status))
+      continue; /* released: it had no done_cb */
     /* From here the task is the user's: done_cb may free or reschedule it. */
     uvs__store_rel(&t->state, UVS__T_FINISHED);
     done(t, status);
