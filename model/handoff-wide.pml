@@ -39,7 +39,7 @@
  * consistent interleavings; the operations that decide the hand-off are
  * seq_cst in the C code (the exchange on the tail, the producer's loads
  * of lanes_active and state and its CAS; the store of IDLE, the look at
- * the tail and the CAS in serve_wide() and want_lanes(); the store that
+ * the tail and the CAS in serve_wide() and the hand-off; the store that
  * frees a lane and the look at the tail in lane_ended()). The link
  * is not: it is a release store, and C11 lets another thread see it after
  * the producer's seq_cst loads and CAS that follow it. So a producer here
@@ -52,7 +52,7 @@
  * of the lock does that other threads see only under the lock (taking
  * the inbox in, picking a task, the seeking count, running the task) is
  * one step with what comes before or after it. Rings of the loop's
- * doorbell (uvs__ring() in src/internal.h) are not modelled: a listed
+ * doorbell (uvs__ring() in src/bell.h) are not modelled: a listed
  * worker is served as soon as the cap leaves room. Other workers'
  * runners, which share the cap, are not modelled either: CAP counts this
  * worker's lanes only. A lane's look at the suspend flag, its pick and its
@@ -82,15 +82,17 @@
  *                                  uvs__inbox_push() in src/worker.c:
  *                                  exchange on inbox_tail (seq_cst), then
  *                                  release store of prev->next
- *   push(): lanes_active, state,   uvs__worker_push() in src/worker.c, for
- *   CAS, make_ready()              a worker with keys: seq_cst loads of
+ *   push(): lanes_active, state,   uvs__worker_push() in src/worker.c,
+ *   CAS, make_ready()              calling the one hand-off,
+ *                                  uvs__worker_ready() in src/worker.c,
+ *                                  for a worker with keys: seq_cst loads of
  *                                  w->lanes_active (none wanted if it is
  *                                  at the width) and of w->state, CAS
  *                                  IDLE -> SCHEDULED, then under the lock
- *                                  uvs__worker_make_ready() in
- *                                  src/worker.c: listed on wide_ready once,
- *                                  or, if suspended (uvs__suspended() in
- *                                  src/internal.h), parked, still SCHEDULED
+ *                                  uvs__ready_list() in src/ready.c:
+ *                                  listed on wide_ready once, or, if
+ *                                  suspended (uvs__suspended() in
+ *                                  src/worker.h), parked, still SCHEDULED
  *   Loop: serve a listed worker    dispatch() in src/loop.c, while
  *                                  uvs__room() has room, calling
  *                                  serve_wide() in src/loop.c: off the
@@ -98,10 +100,12 @@
  *                                  want_lanes() (which parks it) and no
  *                                  more, else take the inbox in,
  *                                  post_lane() for each lane wanted; at
- *                                  the cap, CAS back to SCHEDULED and list
- *                                  again; after a push caught mid-way,
- *                                  want_lanes()
- *   intake(), then `busy`          uvs__keys_intake() in src/keys.c, with
+ *                                  the cap, want_lanes() (CAS back to
+ *                                  SCHEDULED and list again); after a push
+ *                                  caught mid-way, want_lanes()
+ *   intake(), then `busy`          uvs__worker_intake() in src/worker.c,
+ *                                  filing each task with
+ *                                  uvs__keys_take_in() in src/keys.c, and
  *                                  uvs__inbox_take() in src/worker.c:
  *                                  stops at an item not linked yet; then
  *                                  the look at the tail
@@ -116,8 +120,11 @@
  *                                  src/loop.c calls uv_queue_work for it
  *                                  once dispatch() is done and the lock
  *                                  is let go
- *   want_lanes()                   want_lanes() in src/loop.c: CAS IDLE
- *                                  -> SCHEDULED, and list on success
+ *   want_lanes()                   uvs__worker_ready() in src/worker.c,
+ *                                  the one hand-off: below the width
+ *                                  (always so where the model calls it),
+ *                                  CAS IDLE -> SCHEDULED, and list on
+ *                                  success
  *   proctype Lane (one per lane;   lane_work() in src/loop.c running
  *   each `go` is one               uvs__lane_turn() in src/drain.c, which
  *   uv_queue_work)                 is turn() in src/drain.c: under the
@@ -134,7 +141,7 @@
  *                                  drains down, seeking off, seq_cst
  *                                  store of lanes_active - 1, then
  *                                  uvs__worker_nonempty() in
- *                                  src/internal.h (inbox tail, seq_cst,
+ *                                  src/worker.c (inbox tail, seq_cst,
  *                                  or kready) and want_lanes()
  *   Loop: timer push               uvs__timers_due() in src/timer.c, its
  *                                  fire() in src/timer.c taking what is
@@ -149,7 +156,7 @@
  *                                  src/bound.c, which calls
  *                                  uvs__worker_push(requeue = 1) with the
  *                                  lock held, or, with per-key bounds,
- *                                  uvs__worker_file() in src/bound.c,
+ *                                  uvs__worker_file() in src/worker.c,
  *                                  which files it under its key and makes
  *                                  the same look at lanes_active and CAS;
  *                                  a task its bounds reject never reaches

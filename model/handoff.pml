@@ -37,7 +37,7 @@
  * what makes that faithful. The release store of the link and the acquire
  * load in pop() carry the task's contents, not the decision, and are one
  * step each here. Rings of the loop's doorbell (uvs__ring() in
- * src/internal.h) are not modelled: a worker listed as ready is assumed to
+ * src/bell.h) are not modelled: a worker listed as ready is assumed to
  * be dispatched eventually. A drain that stops early (its budget or time
  * slice is spent) and leaves tasks queued is modelled by BUDGET; a batch
  * (BATCH tasks at most) is moved out under the lock and run without it,
@@ -61,11 +61,15 @@
  *                                  uvs__inbox_push() in src/worker.c:
  *                                  exchange on inbox_tail (seq_cst), then
  *                                  release store of prev->next
- *   push(): state load, CAS, make  uvs__worker_push() in src/worker.c
- *   make_ready()                   uvs__worker_make_ready() in
- *                                  src/worker.c: phase = READY, listed once;
- *                                  if suspended (uvs__suspended() in
- *                                  src/internal.h) phase = PARKED instead,
+ *   push(): state load, CAS, make  uvs__worker_push() in src/worker.c,
+ *                                  calling the one hand-off,
+ *                                  uvs__worker_ready() in src/worker.c:
+ *                                  load of the state, CAS IDLE ->
+ *                                  SCHEDULED (both seq_cst), then
+ *   make_ready()                   uvs__ready_list() in src/ready.c:
+ *                                  phase = READY, listed once; if
+ *                                  suspended (uvs__suspended() in
+ *                                  src/worker.h) phase = PARKED instead,
  *                                  state left SCHEDULED, sched->parked++
  *   proctype Drain (one per `go`)  turn() in src/drain.c: stops if
  *                                  suspended, else batches under the lock
@@ -107,7 +111,7 @@
  *                                  and the seq_cst store and second look
  *   nonempty()                     uvs__inbox_nonempty() in src/worker.c,
  *                                  through uvs__worker_nonempty() in
- *                                  src/internal.h (a serial worker has
+ *                                  src/worker.c (a serial worker has
  *                                  no kready)
  *   Loop: timer push               uvs__timers_due() in src/timer.c, its
  *                                  fire() in src/timer.c taking what is

@@ -6,8 +6,13 @@ counter.
 Each file may call functions defined in files below it in the order that
 src/internal.h lays out; no file may reach a file that reaches it back (a
 circle), with no exception: a file that needs the loop thread rings its
-doorbell (uvs__ring(), an inline of internal.h that calls only libuv).
+doorbell (uvs__ring(), an inline of bell.h that calls only libuv).
 Prints the file graph and fails on a circle.
+
+A call made inside an inline function of a header counts as a call of
+every file that uses that inline (directly, or through other inlines), so
+a header can't hide a call that goes the wrong way. src/internal.h itself
+holds declarations only: a function body there fails.
 
 It also fails, with one line per offender:
 - on a src/*.c or src/*.h file of more than MAX_FILE_LINES lines;
@@ -41,14 +46,57 @@ for f in files:
     for m in re.finditer(r"^[a-z][\w \*]*?\b(uvs__\w+)\(", f.read_text(), re.M):
         defined[m.group(1)] = f.name
 
+# The inline functions of src/*.h, and the functions of src/*.c each one
+# calls, directly or through other inlines.
+INLINE = re.compile(r"^static inline [^;{]*?\b(uvs__\w+)\(", re.M)
+inline_body = {}
+for h in sorted(src.glob("*.h")):
+    text = h.read_text()
+    for m in INLINE.finditer(text):
+        end = text.find("\n}\n", m.end())
+        inline_body[m.group(1)] = text[m.end():end if end >= 0 else None]
+
+
+def calls_in(text):
+    """The uvs__ names that text calls."""
+    return set(re.findall(r"\b(uvs__\w+)\(", text))
+
+
+inline_calls = {}
+
+
+def reach(name, seen=()):
+    """The functions of src/*.c that the inline name calls, through other
+    inlines too."""
+    if name in inline_calls:
+        return inline_calls[name]
+    found = set()
+    for callee in calls_in(inline_body[name]):
+        if callee in defined:
+            found.add(callee)
+        elif callee in inline_body and callee not in seen and callee != name:
+            found |= reach(callee, seen + (name,))
+    inline_calls[name] = found
+    return found
+
+
 edges = {f.name: set() for f in files}
 for f in files:
     text = f.read_text()
-    for name, home in defined.items():
-        if home == f.name:
-            continue
-        if re.search(r"\b%s\(" % re.escape(name), text):
+    called = calls_in(text)
+    for name in called & set(inline_body):
+        called |= reach(name)
+    for name in called:
+        home = defined.get(name)
+        if home is not None and home != f.name:
             edges[f.name].add(home)
+
+# internal.h declares; it defines no function.
+internal = (src / "internal.h").read_text()
+for m in re.finditer(r"^[a-z][^;{#]*\b(\w+)\([^;]*?\)\s*\{", internal, re.M):
+    print("function in src/internal.h: %s(); internal.h holds declarations "
+          "only (put it in the header of its file)" % m.group(1))
+    failed = True
 
 for name in sorted(edges):
     print("%-12s -> %s" % (name, " ".join(sorted(edges[name])) or "-"))

@@ -1,92 +1,12 @@
-/* Bounded workers (0.2): admission of a task onto a worker with
- * max_pending, the three policies for a full worker, the space callbacks,
- * blocked producers, and the queued count that bounds and metrics read.
- *
- * A worker counts its queued tasks only when it is bounded or keeps
- * metrics, so that the plain hot path pays nothing: producers add to q_in
- * (atomic), the drain adds to q_out_run (its own), and holders of the
- * scheduler's lock add to q_out_lock when they take a queued task out
- * (cancel, close, eviction). queued = q_in - q_out_run - q_out_lock.
+/* Admission (0.2, 0.3): a task counted into a bounded worker at every
+ * entrance (a schedule, a post, a delayed task falling due, a blocked
+ * producer), against the worker's max_pending and its key's
+ * key_max_pending, and the three policies for a full one (reject, block,
+ * drop the oldest). The count itself and what room owes are space.c's;
+ * the oldest queued task is taken out by the queue (worker.c).
  */
 
 #include "keytab.h"
-
-
-uint64_t uvs__queued_now(uvs_worker_t* w) {
-  uint64_t in;
-  uint64_t out;
-
-  /* The outs first: they only grow, so a stale sum overstates queued, and a
-   * bound decided on it errs on the side of "full". */
-  out = __atomic_load_n(&w->q_out_run, __ATOMIC_SEQ_CST) +
-        __atomic_load_n(&w->q_out_lock, __ATOMIC_SEQ_CST);
-  in = __atomic_load_n(&w->q_in, __ATOMIC_SEQ_CST);
-  return in > out ? in - out : 0;
-}
-
-
-void uvs__note_max(uvs_worker_t* w, uint64_t queued) {
-  uint64_t max;
-
-  max = uvs__load_rlx(&w->queued_max);
-  while (queued > max &&
-         !__atomic_compare_exchange_n(&w->queued_max, &max, queued, 1,
-                                      __ATOMIC_RELAXED, __ATOMIC_RELAXED))
-    ;
-}
-
-
-int uvs__take_out(uvs_worker_t* w, uvs_task_t* t) {
-  uvs_task_t** slot;
-  uvs_task_t* expected;
-
-  slot = uvs__task_slot(t);
-  if (slot == NULL) {
-    uvs__queue_remove(&t->node); /* the FIFO, kready or its key's queue */
-  } else {
-    expected = t;
-    if (!__atomic_compare_exchange_n(slot, &expected, UVS__SLOT_TOMB, 0,
-                                     __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
-      return UV_EBUSY; /* its drain took it: running */
-  }
-  if (w->keys != NULL) {
-    uvs__keys_unlinked(w, t);
-    if (w->key_max != 0)
-      uvs__keys_space_check(w);
-  }
-  uvs__unqueued(w);
-  /* A suspended worker left with nothing queued holds uv_run no more. */
-  if (w->phase == UVS__P_PARKED && !uvs__worker_nonempty(w))
-    uvs__unpark(w);
-  return 0;
-}
-
-
-/* Takes the oldest queued task out of w (lock held), or NULL. A drain's
- * batch holds the oldest: its first slot not yet taken. */
-static uvs_task_t* take_oldest(uvs_worker_t* w) {
-  uvs_task_t* t;
-  unsigned i;
-
-  uvs__inbox_flush(w);
-  if (w->keys != NULL) {
-    /* What lanes took in is older than the inbox. No intake: it may need
-     * memory, and without it the eviction would find nothing. */
-    t = uvs__keys_oldest(w);
-    if (t != NULL && uvs__take_out(w, t) == 0)
-      return t;
-  } else {
-    for (i = 0; i < w->batch_len; i++) {
-      t = uvs__slot_task(&w->batch[i]);
-      if (t != NULL && uvs__take_out(w, t) == 0)
-        return t;
-    }
-  }
-  t = uvs__inbox_oldest(w);
-  if (t != NULL && uvs__take_out(w, t) == 0)
-    return t;
-  return NULL;
-}
 
 
 /* DROP_OLDEST on a full worker (lock held): the new task counts in, and
@@ -113,7 +33,7 @@ void uvs__evict_owed(uvs_worker_t* w) {
       w->evict_owed = 0;
       break;
     }
-    t = take_oldest(w);
+    t = uvs__take_oldest(w);
     if (t == NULL)
       break;
     w->evict_owed--;
@@ -121,19 +41,6 @@ void uvs__evict_owed(uvs_worker_t* w) {
   }
   if (w->key_max != 0)
     uvs__keys_space_check(w);
-}
-
-
-/* Lists w on its scheduler's space list, owing the callbacks in what
- * (lock held); the loop calls them (call_space_cbs() in loop.c). */
-static void owe_cb(uvs_worker_t* w, unsigned what) {
-  uvs_sched_t* s;
-
-  s = w->sched;
-  if (w->space_owed == 0)
-    uvs__queue_push(&s->space, &w->space_node);
-  w->space_owed |= what;
-  uvs__ring(s, UVS__BELL_SPACE);
 }
 
 
@@ -146,19 +53,6 @@ void uvs__evicted(uvs_worker_t* w, uvs_task_t* t) {
   }
   w->ndropped++;
   uvs__drop(w->sched, t, UV_ENOBUFS);
-}
-
-
-void uvs__keys_space_check(uvs_worker_t* w) {
-  unsigned news;
-
-  news = uvs__keys_news(w);
-  if ((news & UVS__KEYS_OWED) && !(w->space_owed & UVS__OWE_KEYS) &&
-      !(w->flags & UVS__WF_CLOSING))
-    owe_cb(w, UVS__OWE_KEYS);
-  /* Waiters may wait for any key: each looks again at its own. */
-  if ((news & UVS__KEYS_ROOM) && w->nwaiters != 0)
-    uvs__wake_all(w);
 }
 
 
@@ -208,91 +102,6 @@ int uvs__admit(uvs_worker_t* w, int locked) {
 }
 
 
-/* Takes up to n of w's blocked producers off its list, oldest first,
- * woken (lock held); returns whether it took any, owed a broadcast of
- * room. */
-static int take_waiters(uvs_worker_t* w, uint64_t n) {
-  uvs__queue_t* q;
-  uvs__waiter_t* waiter;
-  unsigned taken;
-
-  taken = 0;
-  while (taken < n && (q = uvs__queue_shift(&w->waiters)) != NULL) {
-    waiter = uvs__container_of(q, uvs__waiter_t, node);
-    waiter->woken = 1;
-    taken++;
-  }
-  if (taken == 0)
-    return 0;
-  __atomic_store_n(&w->nwaiters, w->nwaiters - taken, __ATOMIC_SEQ_CST);
-  return 1;
-}
-
-
-void uvs__wake_all(uvs_worker_t* w) {
-  if (take_waiters(w, UINT64_MAX))
-    uv_cond_broadcast(&w->sched->room);
-}
-
-
-void uvs__space_check(uvs_worker_t* w, int locked) {
-  uvs_sched_t* s;
-  uint64_t queued;
-  unsigned full;
-  int owe;
-  int wake;
-
-  /* The out counts were raised with seq_cst (run_counted(), or under the
-   * lock), and full and nwaiters are stored seq_cst: either we see a
-   * producer's "full" and its wait, or it sees the room we made (admit()
-   * looks again after it marks the worker full). A waiter stays listed
-   * until it is woken, so the task whose start takes queued down to the
-   * refill mark finds it. */
-  full = __atomic_load_n(&w->full, __ATOMIC_SEQ_CST);
-  wake = __atomic_load_n(&w->nwaiters, __ATOMIC_SEQ_CST) != 0;
-  if (!full && !wake)
-    return; /* the common case, per started task: nothing to count */
-  owe = 0;
-  queued = uvs__queued_now(w);
-  if (full && queued <= w->low_water) {
-    full = 1;
-    owe = __atomic_compare_exchange_n(&w->full, &full, 0, 0, __ATOMIC_SEQ_CST,
-                                      __ATOMIC_RELAXED) &&
-          w->space_cb != NULL;
-  }
-  wake = wake && queued <= uvs__refill_mark(w->max_pending);
-  if (!owe && !wake)
-    return;
-  s = w->sched;
-  if (!locked)
-    uv_mutex_lock(&s->lock);
-  if (owe && !(w->space_owed & UVS__OWE_SPACE) && !(w->flags & UVS__WF_CLOSING))
-    owe_cb(w, UVS__OWE_SPACE);
-  /* As many as there is room for, in the order they began to wait: the
-   * rest sleep on, first in line for the next round. */
-  queued = uvs__queued_now(w);
-  wake = wake && queued < w->max_pending &&
-         take_waiters(w, w->max_pending - queued);
-  if (!locked)
-    uv_mutex_unlock(&s->lock);
-  /* After the unlock, so that the woken do not wake only to wait for the
-   * lock: room outlives every waiter, and one that saw woken first has
-   * nothing left to be told. */
-  if (wake)
-    uv_cond_broadcast(&s->room);
-}
-
-
-void uvs__unqueued(uvs_worker_t* w) {
-  if (!uvs__counting(w))
-    return;
-  __atomic_store_n(&w->q_out_lock, uvs__load_rlx(&w->q_out_lock) + 1,
-                   __ATOMIC_SEQ_CST);
-  if (w->max_pending != 0)
-    uvs__space_check(w, 1);
-}
-
-
 /* Is a task of key full on w: the worker at max_pending, or its key at
  * key_max_pending? Lock held. */
 static int full_for(uvs_worker_t* w, uint64_t key) {
@@ -338,21 +147,6 @@ int uvs__wait_room(uvs_worker_t* w,
     err = UV_ETIMEDOUT;
   uv_mutex_unlock(&s->lock);
   return err;
-}
-
-
-void uvs__worker_file(uvs_worker_t* w, uvs_task_t* t) {
-  unsigned idle;
-
-  uvs__keys_file(w, t);
-  /* Under the lock, as lane_work_done() and serve_wide() in loop.c are:
-   * a lane is wanted if one is free and the worker is not listed. */
-  if (w->lanes_active >= w->width)
-    return;
-  idle = UVS__WS_IDLE;
-  if (__atomic_compare_exchange_n(&w->state, &idle, UVS__WS_SCHEDULED, 0,
-                                  __ATOMIC_SEQ_CST, __ATOMIC_RELAXED))
-    uvs__worker_make_ready(w);
 }
 
 

@@ -1,11 +1,18 @@
-/* bound.c's and metrics.c's declarations: bounds, space callbacks, blocked
- * producers, the queued count, histograms and shedding. Included by
- * internal.h only, at its place in the layer order. */
+/* bound.c's, space.c's and metrics.c's declarations: admission, the
+ * queued count and room, histograms and shedding. Included by internal.h
+ * only. */
 
-/* ---- bound.c and metrics.c ---------------------------------------------- */
+/* ---- bound.c: admission ----------------------------------------------- */
 /* Does w count its queued tasks (a bound or metrics)? */
 static inline int uvs__counting(const uvs_worker_t* w) {
   return w->counting;
+}
+/* Blocked producers are woken together once queued falls to this, rather
+ * than one per started task (SPEC 0.4: a blocked call may go on waiting
+ * while queued is above max - max(1, max / 8)); for a key, with
+ * key_max_pending. */
+static inline uint64_t uvs__refill_mark(uint64_t max) {
+  return max - (max / 8 > 1 ? max / 8 : 1);
 }
 /* A producer blocked in uvs_schedule_wait(), on w->waiters (lock). It
  * sleeps on the scheduler's one condition variable, room, so that waking
@@ -18,21 +25,6 @@ typedef struct uvs__waiter_s {
 /* Counts a task into a counting worker: 0, or UV_EAGAIN if it is full and
  * rejects (DROP_OLDEST evicts instead, taking the lock unless `locked`). */
 int uvs__admit(uvs_worker_t* worker, int locked);
-/* The one way a queued task leaves its worker other than by a drain
- * (cancel, close, eviction, a key's eviction), lock held: out of its
- * batch slot (a tombstone in its place) or its list (the FIFO, kready or
- * its key's queue), its key let go, counted out. Returns 0, or UV_EBUSY if
- * its drain took it first. The caller hands it back. */
-int uvs__take_out(uvs_worker_t* worker, uvs_task_t* task);
-/* A queued task was taken out other than by the drain (lock held). */
-void uvs__unqueued(uvs_worker_t* worker);
-/* Room was made in a bounded worker: owe space_cb at low_water, wake the
- * blocked producers at the refill mark. */
-void uvs__space_check(uvs_worker_t* worker, int locked);
-/* Raises queued_max to queued if it is below (atomic max). */
-void uvs__note_max(uvs_worker_t* worker, uint64_t queued);
-/* Tasks queued now in a counting worker. */
-uint64_t uvs__queued_now(uvs_worker_t* worker);
 /* 0.3, key_max_pending (lock held). Counts t in against its key's bound:
  * 0, UV_EAGAIN if the key is full and on_full is not DROP_OLDEST (the key
  * is marked full), UV_ENOMEM; with DROP_OLDEST a full key's oldest queued
@@ -64,8 +56,20 @@ int uvs__wait_room(uvs_worker_t* worker,
  * or, periodic, to its next grid point. Lock held. */
 void uvs__evicted(uvs_worker_t* worker, uvs_task_t* task);
 /* Settles the DROP_OLDEST evictions a full worker owes (lock held): the
- * oldest queued tasks, while it is over max_pending (bound.c). */
+ * oldest queued tasks, while it is over max_pending. */
 void uvs__evict_owed(uvs_worker_t* worker);
+
+/* ---- space.c: the queued count and room -------------------------------- */
+/* A queued task was taken out other than by the drain, on a counting
+ * worker (lock held). */
+void uvs__unqueued(uvs_worker_t* worker);
+/* Room was made in a bounded worker: owe space_cb at low_water, wake the
+ * blocked producers at the refill mark. */
+void uvs__space_check(uvs_worker_t* worker, int locked);
+/* Raises queued_max to queued if it is below (atomic max). */
+void uvs__note_max(uvs_worker_t* worker, uint64_t queued);
+/* Tasks queued now in a counting worker. */
+uint64_t uvs__queued_now(uvs_worker_t* worker);
 /* After tasks left a per-key-bounded worker's queue: key_space_cb owed,
  * blocked producers woken to look again. Lock held. */
 void uvs__keys_space_check(uvs_worker_t* worker);
@@ -75,6 +79,8 @@ void uvs__keys_space_check(uvs_worker_t* worker);
 /* Wakes every blocked producer (lock held): room for them all to fill, or
  * a close. */
 void uvs__wake_all(uvs_worker_t* worker);
+
+/* ---- metrics.c ---------------------------------------------------------- */
 /* A worker with metrics keeps its histograms here, allocated at init and
  * freed when its close completes, after its close callback returns. */
 typedef struct uvs__hists_s {

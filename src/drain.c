@@ -199,7 +199,7 @@ static unsigned fill(uvs_worker_t* w,
       lane->seeking = 0;
       uvs__keys_seeking(w, -1);
     }
-    uvs__keys_intake(w);
+    uvs__worker_intake(w);
     t = uvs__keys_pick(w, lane);
     if (t == NULL)
       return 0;
@@ -316,7 +316,8 @@ static unsigned run_batch(turn_t* tn, uvs_task_t** slots, unsigned n) {
     cancel = uvs__cancelling(w);
     if (cancel || uvs__stale(w, t, tn->sl->end_ns)) {
       uv_mutex_lock(&s->lock);
-      uvs__unqueued(w);
+      if (w->counting)
+        uvs__unqueued(w);
       if (cancel)
         uvs__drop(s, t, UV_ECANCELED);
       else
@@ -428,8 +429,9 @@ static unsigned turn(uvs_worker_t* w,
       put_back(w, slots, i, n);
     /* The key's next task joins the tail of kready, unless the batch's
      * head went back unstarted. */
-    if (lane != NULL && i > 0)
-      uvs__keys_batch_done(w, lane);
+    if (lane != NULL && i > 0 && uvs__keys_batch_done(w, lane) &&
+        uvs__worker_nonempty(w))
+      uvs__worker_ready(w, 1); /* a barrier lifted: lanes for what follows */
     *tn.batch = NULL;
     *tn.batch_len = 0;
   }

@@ -182,49 +182,41 @@ static void set_head(uvs__kent_t* e, uvs_task_t* t) {
 }
 
 
-int uvs__keys_intake(uvs_worker_t* w) {
+int uvs__keys_want(uvs_worker_t* w) {
+  /* With many keys in the queue, the table stays about INTAKE_AHEAD
+   * entries and in cache, instead of one entry per key queued, each a
+   * cache miss to find. What comes after a barrier waits in the inbox. */
+  return w->keys->nready < INTAKE_AHEAD && w->keys->barrier == NULL;
+}
+
+
+int uvs__keys_take_in(uvs_worker_t* w, uvs_task_t* t) {
   uvs__keys_t* k;
   uvs__kent_t* e;
-  uvs_task_t* t;
 
   k = w->keys;
-  for (;;) {
-    /* Only as far as lanes need to start tasks: the inbox keeps the rest,
-     * whose keys then get no entry yet. With many keys in the queue, the
-     * table stays about INTAKE_AHEAD entries and in cache, instead of one
-     * entry per key queued, each a cache miss to find. */
-    if (k->nready >= INTAKE_AHEAD)
-      return 0;
-    if (k->barrier != NULL)
-      return 0; /* what comes after a barrier waits in the inbox */
-    t = uvs__inbox_take(w, 1);
-    if (t == NULL)
-      return uvs__inbox_nonempty(w) ? UV_EAGAIN : 0;
-    if (uvs__task_key(t) == 0) {
-      if (__atomic_load_n(&t->state, __ATOMIC_RELAXED) & UVS__T_BARRIER)
-        k->barrier = t;
-      ready_push(w, t);
-      continue;
-    }
-    e = uvs__kt_lookup(k, t->key);
-    if (e == NULL && (e = uvs__kt_new(k, t->key)) == NULL) {
-      /* Out of memory: back to the head of the FIFO, for a later try. */
-      uvs__queue_unshift(&w->fifo, &t->node);
-      return UV_ENOMEM;
-    }
-    /* Per-key bounds: a task queued past its key's count counts in now
-     * that it is filed under its key, so that it counts out once. */
-    if (__atomic_load_n(&t->state, __ATOMIC_RELAXED) & UVS__T_UNCOUNTED) {
-      uvs__task_update(t, UVS__T_UNCOUNTED, 0);
-      __atomic_fetch_add(&e->queued, 1, __ATOMIC_SEQ_CST);
-    }
-    if (e->head != NULL) {
-      uvs__queue_push(&e->q, &t->node);
-      continue;
-    }
-    set_head(e, t);
+  if (uvs__task_key(t) == 0) {
+    if (__atomic_load_n(&t->state, __ATOMIC_RELAXED) & UVS__T_BARRIER)
+      k->barrier = t;
     ready_push(w, t);
+    return 0;
   }
+  e = uvs__kt_lookup(k, t->key);
+  if (e == NULL && (e = uvs__kt_new(k, t->key)) == NULL)
+    return UV_ENOMEM;
+  /* Per-key bounds: a task queued past its key's count counts in now that
+   * it is filed under its key, so that it counts out once. */
+  if (__atomic_load_n(&t->state, __ATOMIC_RELAXED) & UVS__T_UNCOUNTED) {
+    uvs__task_update(t, UVS__T_UNCOUNTED, 0);
+    __atomic_fetch_add(&e->queued, 1, __ATOMIC_SEQ_CST);
+  }
+  if (e->head != NULL) {
+    uvs__queue_push(&e->q, &t->node);
+    return 0;
+  }
+  set_head(e, t);
+  ready_push(w, t);
+  return 0;
 }
 
 
@@ -311,11 +303,12 @@ static void release(uvs_worker_t* w, uvs__kent_t* e) {
 
 /* w's barrier ran, or left unrun: what waited behind it goes on. Tasks
  * filed meanwhile (per-key bounds) are filed now, in order, as far as the
- * next barrier; intake takes the inbox in again. Lock held. */
+ * next barrier; intake takes the inbox in again. The caller asks for
+ * lanes for what may start now (worker.c, the hand-off), as a
+ * producer's push would. Lock held. */
 static void fence_done(uvs_worker_t* w) {
   uvs__queue_t held;
   uvs__queue_t* q;
-  unsigned idle;
 
   w->keys->barrier = NULL;
   w->keys->fence_lane = NULL;
@@ -323,34 +316,33 @@ static void fence_done(uvs_worker_t* w) {
   uvs__queue_move(&w->keys->held, &held);
   while ((q = uvs__queue_shift(&held)) != NULL)
     uvs__keys_file(w, uvs__container_of(q, uvs_task_t, node));
-  /* Lanes for what may start now, as a producer's push would ask. */
-  idle = UVS__WS_IDLE;
-  if (uvs__worker_nonempty(w) &&
-      __atomic_compare_exchange_n(&w->state, &idle, UVS__WS_SCHEDULED, 0,
-                                  __ATOMIC_SEQ_CST, __ATOMIC_RELAXED))
-    uvs__worker_make_ready(w);
 }
 
 
-void uvs__keys_batch_done(uvs_worker_t* w, uvs__lane_t* lane) {
-  if (lane->kent != NULL)
+int uvs__keys_batch_done(uvs_worker_t* w, uvs__lane_t* lane) {
+  if (lane->kent != NULL) {
     release(w, lane->kent);
-  else if (w->keys->fence_lane == lane)
+  } else if (w->keys->fence_lane == lane) {
     fence_done(w);
+    return 1;
+  }
+  return 0;
 }
 
 
-void uvs__keys_unlinked(uvs_worker_t* w, uvs_task_t* t) {
+int uvs__keys_unlinked(uvs_worker_t* w, uvs_task_t* t) {
   uvs__kent_t* e;
+  int lifted;
 
   if (uvs__task_in_kready(t, &w->kready))
     ready_taken(w, t); /* a cancel unlinked it from kready */
   /* A barrier taken out of kready; one a lane picked is the lane's to
    * end (uvs__keys_batch_done). */
-  if (t == w->keys->barrier && w->keys->fence_lane == NULL)
+  lifted = t == w->keys->barrier && w->keys->fence_lane == NULL;
+  if (lifted)
     fence_done(w);
   if (uvs__task_key(t) == 0)
-    return;
+    return lifted;
   /* The key's next task leaves kready. A head a lane took (and the rest
    * of its key's run) is the lane's to release when its batch ends, even
    * when a cancel tombstoned it (its link tagged with the slot) or the
@@ -358,7 +350,7 @@ void uvs__keys_unlinked(uvs_worker_t* w, uvs_task_t* t) {
    * now from behind it. */
   e = uvs__kt_lookup(w->keys, t->key);
   if (e == NULL)
-    return;
+    return lifted;
   /* A picked head was counted out when it was picked; the rest of its
    * key's run, in the lane's slots, counts out as each starts or leaves.
    * One queued past its key's count and not taken in was never in it. */
@@ -369,6 +361,7 @@ void uvs__keys_unlinked(uvs_worker_t* w, uvs_task_t* t) {
     release(w, e);
   else
     uvs__kt_maybe_del(w->keys, e);
+  return lifted;
 }
 
 

@@ -41,17 +41,21 @@ uvs__keys_t* uvs__keys_new(unsigned width);
 void uvs__keys_attach(uvs_worker_t* w, uvs__keys_t* keys);
 void uvs__keys_free(uvs_worker_t* w);
 uvs__lane_t* uvs__keys_lane(uvs_worker_t* w, unsigned i);
-/* Moves queued tasks to kready or behind their key, until kready holds
- * enough for the lanes. UV_EAGAIN if it stopped at a push in progress,
- * UV_ENOMEM if a key's entry can't be had (the rest stays queued for a
- * later try). */
-int uvs__keys_intake(uvs_worker_t* w);
+/* Intake (uvs__worker_intake() in worker.c): do the lanes want more in
+ * kready (it holds fewer than they need, and no barrier waits)? Then
+ * take_in files one task from the queue onto kready or behind its key:
+ * 0, or UV_ENOMEM if its key's entry can't be had (the caller keeps it
+ * queued for a later try). */
+int uvs__keys_want(uvs_worker_t* w);
+int uvs__keys_take_in(uvs_worker_t* w, uvs_task_t* t);
 /* The next task a lane may start, and its key's entry in lane->kent
  * (NULL: no key). A barrier is picked only once nothing else of w runs. */
 uvs_task_t* uvs__keys_pick(uvs_worker_t* w, uvs__lane_t* lane);
 /* A lane's batch is over (it started at least its first slot): its key's
- * next task joins kready, or, after a barrier, what waited behind it. */
-void uvs__keys_batch_done(uvs_worker_t* w, uvs__lane_t* lane);
+ * next task joins kready, or, after a barrier, what waited behind it.
+ * Returns 1 if a barrier was lifted: the caller asks for lanes for what
+ * may start now. */
+int uvs__keys_batch_done(uvs_worker_t* w, uvs__lane_t* lane);
 /* A picked task that did not start goes back: a key's head to the head of
  * kready, the rest of its key's run to the head of the key's queue. */
 void uvs__keys_unpick(uvs_worker_t* w, uvs_task_t* t);
@@ -61,8 +65,9 @@ void uvs__keys_unpick(uvs_worker_t* w, uvs_task_t* t);
  * picked. */
 uvs_task_t* uvs__keys_next_of(uvs__kent_t* e);
 /* A queued task was taken out (cancel, eviction): releases its key if it
- * was its key's next. Call before the task is handed back. */
-void uvs__keys_unlinked(uvs_worker_t* w, uvs_task_t* t);
+ * was its key's next. Call before the task is handed back. Returns 1 if
+ * it was a waiting barrier, lifted: as uvs__keys_batch_done(). */
+int uvs__keys_unlinked(uvs_worker_t* w, uvs_task_t* t);
 /* The oldest queued task that lanes took in, left where it is (kready,
  * then the tasks behind running keys), or NULL. */
 uvs_task_t* uvs__keys_oldest(uvs_worker_t* w);

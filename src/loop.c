@@ -123,18 +123,6 @@ static void lane_work(uv_work_t* req) {
 }
 
 
-/* A wide worker wants a look from dispatch(): it is listed once, until
- * dispatch() takes it off the list. Lock held. */
-static void want_lanes(uvs_worker_t* w) {
-  unsigned idle;
-
-  idle = UVS__WS_IDLE;
-  if (__atomic_compare_exchange_n(&w->state, &idle, UVS__WS_SCHEDULED, 0,
-                                  __ATOMIC_SEQ_CST, __ATOMIC_RELAXED))
-    uvs__worker_make_ready(w);
-}
-
-
 /* Takes one more lane of a wide worker, to be posted once the lock is let
  * go; lanes_active < width says one of its lanes is free. */
 static void post_lane(uvs_sched_t* s, uvs_worker_t* w) {
@@ -160,12 +148,12 @@ static void post_lane(uvs_sched_t* s, uvs_worker_t* w) {
 
 /* Takes a lane for each task of a listed wide worker that one could
  * start, as far as the width and the caps (the scheduler's, its group's)
- * leave room. Returns 0 if a cap left it wanting more: then it goes back
- * to the head of list. Lock held. */
-static int serve_wide(uvs_sched_t* s, uvs_worker_t* w, uvs__queue_t* list) {
+ * leave room. Returns 0 if a cap left it wanting more: then it is listed
+ * again (uvs__worker_ready() in worker.c), behind the others waiting.
+ * Lock held. */
+static int serve_wide(uvs_sched_t* s, uvs_worker_t* w) {
   uvs__group_t* g;
   unsigned want;
-  unsigned idle;
   int busy;
 
   g = uvs__group_of(w);
@@ -182,29 +170,24 @@ static int serve_wide(uvs_sched_t* s, uvs_worker_t* w, uvs__queue_t* list) {
   }
   if (uvs__suspended(w)) {
     if (uvs__worker_nonempty(w))
-      want_lanes(w); /* parks it, as listed before the suspend came */
+      uvs__worker_ready(w, 1); /* parked, as if listed before the suspend */
     return 1;
   }
-  busy = uvs__keys_intake(w) == UV_EAGAIN;
+  busy = uvs__worker_intake(w) == UV_EAGAIN;
   want = uvs__keys_lanes_wanted(w);
   while (want > 0 && uvs__group_room(s, g)) {
     post_lane(s, w);
     want--;
   }
   if (want > 0) {
-    idle = UVS__WS_IDLE;
-    if (__atomic_compare_exchange_n(&w->state, &idle, UVS__WS_SCHEDULED, 0,
-                                    __ATOMIC_SEQ_CST, __ATOMIC_RELAXED)) {
-      w->phase = UVS__P_READY;
-      uvs__queue_unshift(list, &w->ready_node);
-      uvs__store_rel(&g->nready, g->nready + 1);
-    }
+    /* Listed again, behind the wide workers of its group that wait. */
+    uvs__worker_ready(w, 1);
     return 0;
   }
   /* A push caught between its two steps, whose producer may have seen the
    * worker listed: look again once it has linked. */
   if (busy)
-    want_lanes(w);
+    uvs__worker_ready(w, 1);
   return 1;
 }
 
@@ -230,7 +213,7 @@ static void lane_ended(uvs__lane_t* lane) {
     uvs__ring(w->sched, UVS__BELL_CLOSE); /* the loop sweeps and completes
                                            * closes (close.c) */
   if (uvs__worker_nonempty(w))
-    want_lanes(w);
+    uvs__worker_ready(w, 1);
 }
 
 
@@ -272,7 +255,7 @@ static void dispatch(uvs_sched_t* s) {
     uvs__queue_move(&g->wide_ready, &wide);
     while (uvs__group_room(s, g) && !uvs__queue_empty(&wide)) {
       w = uvs__container_of(wide.next, uvs_worker_t, ready_node);
-      if (!serve_wide(s, w, &wide))
+      if (!serve_wide(s, w))
         break;
     }
     uvs__queue_move(&g->wide_ready, &wide);

@@ -175,6 +175,15 @@ uint64_t uvs__lanes_sum(uvs_worker_t* w, size_t off) {
   return n;
 }
 
+uint64_t uvs__worker_pending(uvs_worker_t* w) {
+  uint64_t n;
+
+  n = w->nsched - uvs__load_acq(&w->nended_run) - w->nended;
+  if (w->keys != NULL)
+    n -= uvs__lanes_sum(w, offsetof(uvs__lane_t, nended_run));
+  return n;
+}
+
 uint64_t uvs__worker_ran(uvs_worker_t* w) {
   return uvs__load_acq(&w->nran) +
          uvs__lanes_sum(w, offsetof(uvs__lane_t, nran));

@@ -1,6 +1,30 @@
 /* timer.c's declarations: the wheel, all of time, a delayed task in and
- * out of the wheel. Included by internal.h only, at its place in the
- * layer order. */
+ * out of the wheel; and the scheduler's clock. Included by internal.h
+ * only, at its place in the layer order. */
+
+/* The scheduler's clock in ms: uv_hrtime(), or the manual clock. */
+static inline uint64_t uvs__clock_ms(const uvs_sched_t* s) {
+  if (s->manual_clock)
+    return __atomic_load_n(&s->manual_now, __ATOMIC_ACQUIRE);
+  return uv_hrtime() / 1000000;
+}
+
+/* The same in us. */
+static inline uint64_t uvs__clock_us(const uvs_sched_t* s) {
+  if (s->manual_clock)
+    return __atomic_load_n(&s->manual_now, __ATOMIC_ACQUIRE) * 1000;
+  return uv_hrtime() / 1000;
+}
+
+/* A delayed task's due time in us. The wheel files it by the ms (due);
+ * while it is delayed its status holds the us past that ms of a one-shot
+ * task's exact due time, t_call + delay rounded up to the us, so that it
+ * fires at the first timer phase at or after that time rather than after
+ * the next whole ms (guarantee 6 allows rounding up; the lateness halves
+ * without it). A periodic task's grid stays on whole ms (0 here). */
+static inline uint64_t uvs__due_us(const uvs_task_t* t) {
+  return t->due * 1000 + uvs__task_due_frac(t);
+}
 
 /* ---- timer.c: the wheel ------------------------------------------------ */
 /* Delayed tasks by due time (ms on the uv_hrtime() clock); tasks due at the

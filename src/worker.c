@@ -25,148 +25,46 @@
 #include <sched.h>
 
 
-/* ---- the ready order --------------------------------------------------- */
+/* ---- the idle-to-busy hand-off ----------------------------------------- */
+/* worker->state is IDLE or SCHEDULED. Whoever moves it from IDLE to
+ * SCHEDULED makes the worker ready, once, however many producers push:
+ * uvs__worker_ready() below is the one place that does, for a producer's
+ * push, a task filed under its key, a turn that ended as work arrived, a
+ * wide worker wanting lanes (loop.c) and a barrier lifted (keys.c). The
+ * end of a turn (uvs__turn_ended(), or dispatch serving a wide worker in
+ * loop.c) moves it back: it stores IDLE, then looks at the queue once
+ * more. Each side writes, then reads what the other writes, with seq_cst
+ * operations (the producer's exchange on the inbox's tail, then its load
+ * and CAS of the state; the store of IDLE, then the load of the tail), so
+ * at least one of them sees the other: no task is left in an idle worker,
+ * and no worker is listed twice. */
 
 
-static uvs__queue_t* ready_list(uvs_worker_t* w) {
-  uvs__group_t* g;
-
-  if (w->where == UVS_LOOP)
-    return &w->sched->loop_ready;
-  g = uvs__group_of(w);
-  return w->keys == NULL ? &g->ready : &g->wide_ready;
-}
-
-
-/* Does g wait for drains: a worker of it ready, or one of its drains out? */
-static int active(const uvs__group_t* g) {
-  return g->drains != 0 || !uvs__queue_empty(&g->ready) ||
-         !uvs__queue_empty(&g->wide_ready);
-}
-
-
-/* g had nothing ready nor running: it gets no credit for the time it was
- * idle, and starts level with the least served of the groups that wait
- * (SPEC 0.4, shares). */
-static void level(uvs_sched_t* s, uvs__group_t* g) {
-  uint64_t least;
-  unsigned i;
-
-  least = UINT64_MAX;
-  for (i = 0; i < s->ngroups; i++)
-    if (&s->groups[i] != g && active(&s->groups[i]) &&
-        s->groups[i].vtime < least)
-      least = s->groups[i].vtime;
-  if (least != UINT64_MAX && g->vtime < least)
-    g->vtime = least;
-}
-
-
-/* The group a drain serves next: of those with a serial worker ready and
- * room (or, for held, the place the asking runner has in it already), the
- * one with the least run_cb time per share. */
-static uvs__group_t* next_group(uvs_sched_t* s, uvs__group_t* held) {
-  uvs__group_t* best;
-  uvs__group_t* g;
-  unsigned i;
-
-  if (s->ngroups == 1) {
-    g = s->groups;
-    return uvs__queue_empty(&g->ready) ? NULL : g;
-  }
-  best = NULL;
-  for (i = 0; i < s->ngroups; i++) {
-    g = &s->groups[i];
-    if (uvs__queue_empty(&g->ready) || (g != held && g->drains >= g->cap))
-      continue;
-    if (best == NULL || g->vtime < best->vtime)
-      best = g;
-  }
-  return best;
-}
-
-
-unsigned uvs__wide_order(uvs_sched_t* s, unsigned* order) {
-  unsigned n;
-  unsigned i;
-  unsigned j;
-
-  for (n = 0, i = 0; i < s->ngroups; i++) {
-    if (uvs__queue_empty(&s->groups[i].wide_ready))
-      continue;
-    for (j = n++; j > 0 && s->groups[order[j - 1]].vtime > s->groups[i].vtime;
-         j--)
-      order[j] = order[j - 1];
-    order[j] = i;
-  }
-  return n;
-}
-
-
-uvs_worker_t* uvs__ready_take(uvs_sched_t* s, uint64_t epoch, unsigned* group) {
-  uvs__group_t* held;
-  uvs__group_t* g;
-  uvs_worker_t* w;
-
-  held = epoch != 0 ? &s->groups[*group] : NULL;
-  g = next_group(s, held);
-  if (g == NULL || (held == NULL && g->drains >= g->cap))
-    return NULL;
-  w = uvs__container_of(g->ready.next, uvs_worker_t, ready_node);
-  if (epoch != 0 && w->runner_epoch == epoch)
-    return NULL; /* it had its turn of this runner: the next runner's */
-  uvs__queue_remove(&w->ready_node);
-  uvs__store_rel(&g->nready, g->nready - 1);
-  w->phase = UVS__P_POSTED;
-  if (g != held) {
-    if (held != NULL)
-      held->drains--;
-    g->drains++;
-    *group = w->group;
-  }
-  return w;
-}
-
-
-void uvs__worker_make_ready(uvs_worker_t* w) {
-  uvs__group_t* g;
-
-  /* A suspended worker waits off the lists, SCHEDULED, so that producers
-   * leave it be; its resume or close lists it (close.c). */
-  if (uvs__suspended(w)) {
-    w->phase = UVS__P_PARKED;
-    /* Its pending tasks hold uv_run as ready ones do (loop.c). */
-    uvs__store_rel(&w->sched->parked, w->sched->parked + 1);
-    uvs__ring(w->sched, UVS__BELL_PARKED);
-    return;
-  }
-  w->phase = UVS__P_READY;
-  if (w->where == UVS_POOL) {
-    g = uvs__group_of(w);
-    if (w->sched->ngroups > 1 && !active(g))
-      level(w->sched, g);
-    uvs__store_rel(&g->nready, g->nready + 1);
-  }
-  uvs__queue_push(ready_list(w), &w->ready_node);
-  uvs__ring(w->sched,
-            w->where == UVS_POOL ? UVS__BELL_DISPATCH : UVS__BELL_TURN);
-}
-
-
-void uvs__group_ran(uvs_worker_t* w, unsigned n, uint64_t ns) {
-  uvs__group_t* g;
-
-  g = uvs__group_of(w);
-  uvs__store_rel(&g->ran, g->ran + n);
-  uvs__store_rel(&g->run_ns, g->run_ns + ns);
-  if (w->sched->ngroups > 1)
-    g->vtime += ns * 128 / g->shares;
-}
-
-
-void uvs__worker_push(uvs_worker_t* w, uvs_task_t* t, int requeue) {
+int uvs__worker_ready(uvs_worker_t* w, int locked) {
   unsigned idle;
 
+  /* A wide worker whose lanes all run wants none more: the other half is
+   * lane_ended() in loop.c, which frees a lane, then looks at the queue.
+   * Either it sees this task or this load sees the lane free. */
+  if (w->keys != NULL &&
+      __atomic_load_n(&w->lanes_active, __ATOMIC_SEQ_CST) >= w->width)
+    return 0;
+  if (__atomic_load_n(&w->state, __ATOMIC_SEQ_CST) != UVS__WS_IDLE)
+    return 0;
+  idle = UVS__WS_IDLE;
+  if (!__atomic_compare_exchange_n(&w->state, &idle, UVS__WS_SCHEDULED, 0,
+                                   __ATOMIC_SEQ_CST, __ATOMIC_RELAXED))
+    return 0; /* another producer won, and makes it ready */
+  if (!locked)
+    uv_mutex_lock(&w->sched->lock);
+  uvs__ready_list(w);
+  if (!locked)
+    uv_mutex_unlock(&w->sched->lock);
+  return 1;
+}
+
+
+int uvs__worker_push(uvs_worker_t* w, uvs_task_t* t, int requeue) {
   /* A delayed task that fell due was counted when it was accepted; it is
    * counted again when it leaves the inbox, and the stats count the inbox
    * meanwhile. */
@@ -175,49 +73,29 @@ void uvs__worker_push(uvs_worker_t* w, uvs_task_t* t, int requeue) {
     uvs__task_set_unlinked(t); /* see uvs__inbox_push */
   }
   uvs__inbox_push(w, t);
-  /* A wide worker whose lanes all run wants none more: the other half is
-   * lane_work_done() in loop.c, which frees a lane, then looks at the
-   * inbox. Either it sees this task or this load sees the lane free. */
-  if (w->keys != NULL &&
-      __atomic_load_n(&w->lanes_active, __ATOMIC_SEQ_CST) >= w->width)
-    return;
-  /* The other half is turn_ended() (serve_wide() in loop.c for a wide
-   * worker): it stores IDLE, then looks at the inbox. Either it sees this
-   * task or this load sees IDLE. */
-  if (__atomic_load_n(&w->state, __ATOMIC_SEQ_CST) != UVS__WS_IDLE)
-    return;
-  idle = UVS__WS_IDLE;
-  if (!__atomic_compare_exchange_n(&w->state, &idle, UVS__WS_SCHEDULED, 0,
-                                   __ATOMIC_SEQ_CST, __ATOMIC_RELAXED))
-    return;
-  if (!requeue)
-    uv_mutex_lock(&w->sched->lock);
-  uvs__worker_make_ready(w);
-  if (!requeue)
-    uv_mutex_unlock(&w->sched->lock);
+  return uvs__worker_ready(w, requeue);
 }
 
 
-/* A turn of w ended (lock held; any thread): idle, or ready again at the
- * tail of its list so that ready workers take turns. */
-void uvs__turn_ended(uvs_worker_t* w) {
-  unsigned idle;
+void uvs__worker_file(uvs_worker_t* w, uvs_task_t* t) {
+  uvs__keys_file(w, t);
+  uvs__worker_ready(w, 1);
+}
 
+
+void uvs__turn_ended(uvs_worker_t* w) {
   if (w->flags & UVS__WF_CLOSING)
     uvs__ring(w->sched, UVS__BELL_CLOSE); /* the loop sweeps and completes
                                            * closes (close.c) */
   w->phase = UVS__P_IDLE;
-  if (!uvs__worker_nonempty(w)) {
-    /* The other half of uvs__worker_push()'s hand-off. */
-    __atomic_store_n(&w->state, UVS__WS_IDLE, __ATOMIC_SEQ_CST);
-    if (!uvs__worker_nonempty(w))
-      return;
-    idle = UVS__WS_IDLE;
-    if (!__atomic_compare_exchange_n(&w->state, &idle, UVS__WS_SCHEDULED, 0,
-                                     __ATOMIC_SEQ_CST, __ATOMIC_RELAXED))
-      return; /* a producer took it and makes it ready */
+  if (uvs__worker_nonempty(w)) {
+    uvs__ready_list(w); /* still SCHEDULED: at the tail of its list */
+    return;
   }
-  uvs__worker_make_ready(w);
+  /* The other half of uvs__worker_ready(). */
+  __atomic_store_n(&w->state, UVS__WS_IDLE, __ATOMIC_SEQ_CST);
+  if (uvs__worker_nonempty(w))
+    uvs__worker_ready(w, 1);
 }
 
 
@@ -380,6 +258,88 @@ int uvs__inbox_await(uvs_worker_t* w, uvs__queue_t* tail, unsigned us) {
     }
     cpu_relax();
   }
+}
+
+
+/* ---- the queue's exits ------------------------------------------------- */
+
+
+int uvs__worker_nonempty(uvs_worker_t* w) {
+  return uvs__inbox_nonempty(w) ||
+         (w->keys != NULL && !uvs__queue_empty(&w->kready));
+}
+
+
+int uvs__take_out(uvs_worker_t* w, uvs_task_t* t) {
+  uvs_task_t** slot;
+  uvs_task_t* expected;
+
+  slot = uvs__task_slot(t);
+  if (slot == NULL) {
+    uvs__queue_remove(&t->node); /* the FIFO, kready or its key's queue */
+  } else {
+    expected = t;
+    if (!__atomic_compare_exchange_n(slot, &expected, UVS__SLOT_TOMB, 0,
+                                     __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+      return UV_EBUSY; /* its drain took it: running */
+  }
+  if (w->keys != NULL) {
+    /* A barrier taken out lets what waited behind it go on. */
+    if (uvs__keys_unlinked(w, t) && uvs__worker_nonempty(w))
+      uvs__worker_ready(w, 1);
+    if (w->key_max != 0)
+      uvs__keys_space_check(w);
+  }
+  if (w->counting)
+    uvs__unqueued(w);
+  /* A suspended worker left with nothing queued holds uv_run no more. */
+  if (w->phase == UVS__P_PARKED && !uvs__worker_nonempty(w))
+    uvs__unpark(w);
+  return 0;
+}
+
+
+uvs_task_t* uvs__take_oldest(uvs_worker_t* w) {
+  uvs_task_t* t;
+  unsigned i;
+
+  uvs__inbox_flush(w);
+  if (w->keys != NULL) {
+    /* What lanes took in is older than the inbox. No intake: it may need
+     * memory, and without it the eviction would find nothing. */
+    t = uvs__keys_oldest(w);
+    if (t != NULL && uvs__take_out(w, t) == 0)
+      return t;
+  } else {
+    for (i = 0; i < w->batch_len; i++) {
+      t = uvs__slot_task(&w->batch[i]);
+      if (t != NULL && uvs__take_out(w, t) == 0)
+        return t;
+    }
+  }
+  t = uvs__inbox_oldest(w);
+  if (t != NULL && uvs__take_out(w, t) == 0)
+    return t;
+  return NULL;
+}
+
+
+int uvs__worker_intake(uvs_worker_t* w) {
+  uvs_task_t* t;
+
+  /* Only as far as lanes need to start tasks (uvs__keys_want): the inbox
+   * keeps the rest, whose keys then get no entry yet. */
+  while (uvs__keys_want(w)) {
+    t = uvs__inbox_take(w, 1);
+    if (t == NULL)
+      return uvs__inbox_nonempty(w) ? UV_EAGAIN : 0;
+    if (uvs__keys_take_in(w, t) != 0) {
+      /* Out of memory: back to the head of the FIFO, for a later try. */
+      uvs__queue_unshift(&w->fifo, &t->node);
+      return UV_ENOMEM;
+    }
+  }
+  return 0;
 }
 
 

@@ -1,0 +1,119 @@
+/* A task's state word and its overlaid fields: how every file reads and
+ * writes what a task is doing. Included by internal.h only. Calls
+ * nothing. */
+
+/* task->state: written with CAS or release stores; read without the lock by
+ * the schedule calls and uvs_task_cancel. */
+enum {
+  UVS__T_IDLE = 0,     /* initialised, never scheduled */
+  UVS__T_QUEUED = 1,   /* in its worker's inbox, FIFO or a batch, or running */
+  UVS__T_DELAYED = 2,  /* in the timer wheel and its worker's delayed list */
+  UVS__T_CLAIMED = 3,  /* a schedule call is filling it in */
+  UVS__T_HANDBACK = 4, /* on the hand-back stack, done_cb not yet called */
+  UVS__T_FINISHED = 5, /* handed back; the user's again */
+  UVS__T_MASK = 0xf,
+  UVS__T_PERIODIC = 0x10,  /* scheduled with uvs_schedule_every */
+  UVS__T_CANCELLED = 0x20, /* a periodic task was cancelled while running */
+  UVS__T_POST = 0x40,      /* library-owned node of uvs_post */
+  UVS__T_DEFERRED = 0x80,  /* handed back while a run_cb of it executes */
+  UVS__T_BARRIER = 0x100,  /* a barrier on a wide worker (keys.c) */
+  UVS__T_UNCOUNTED = 0x200 /* queued past its key's count (uvs__due) */
+};
+/* The high half counts run_cbs of the task still executing after the task
+ * was scheduled again from inside one of them (a one-shot may do that, and
+ * its next run can start elsewhere at once). A hand-back waits for zero;
+ * sharing the word makes "defer" and "last run ended" one atomic decision. */
+#define UVS__T_RUN_ONE 0x10000u
+#define UVS__T_RUNS 0xffff0000u
+
+/* Sets the low state and flag bits of a task, keeping its run count, which
+ * a thread outside the scheduler's lock may change at the same time. */
+static inline unsigned uvs__task_update(uvs_task_t* t,
+                                        unsigned clear,
+                                        unsigned set) {
+  unsigned o;
+  unsigned n;
+
+  o = __atomic_load_n(&t->state, __ATOMIC_RELAXED);
+  do n = (o & ~clear) | set;
+  while (!__atomic_compare_exchange_n(&t->state, &o, n, 1, __ATOMIC_ACQ_REL,
+                                      __ATOMIC_RELAXED));
+  return n;
+}
+
+/* The latest point of a periodic task's grid at or before now, or its due
+ * time if now is before it. */
+static inline uint64_t uvs__grid_latest(const uvs_task_t* t, uint64_t now) {
+  if (now <= t->due)
+    return t->due;
+  return t->due + (now - t->due) / t->period * t->period;
+}
+
+/* A batch slot holds a task until the drain takes it (TAKEN) or a cancel
+ * swaps it for a tombstone (TOMB), each with one atomic operation. */
+#define UVS__SLOT_TAKEN ((uvs_task_t*) (uintptr_t) 1)
+#define UVS__SLOT_TOMB ((uvs_task_t*) (uintptr_t) 2)
+#define UVS__BATCH 64
+
+/* The task in a batch slot that its drain has not taken yet, or NULL. A
+ * drain may take it at any moment: uvs__take_out() settles who has it. */
+static inline uvs_task_t* uvs__slot_task(uvs_task_t** slot) {
+  uvs_task_t* t;
+
+  t = __atomic_load_n(slot, __ATOMIC_ACQUIRE);
+  if (t == UVS__SLOT_TAKEN || t == UVS__SLOT_TOMB)
+    return NULL;
+  return t;
+}
+
+/* ---- the task's overlaid fields ---------------------------------------- */
+/* The only readers and writers of node.prev, tnode (while queued) and
+ * status: the table beside their definition (include/uvsched/private.h)
+ * says what each holds in which state. */
+static inline void uvs__task_set_unlinked(uvs_task_t* t) {
+  t->node.prev = NULL;
+}
+static inline int uvs__task_unlinked(const uvs_task_t* t) {
+  return t->node.prev == NULL;
+}
+static inline void uvs__task_set_slot(uvs_task_t* t, uvs_task_t** slot) {
+  t->node.prev = (uvs__queue_t*) ((uintptr_t) slot | 1);
+}
+/* Its slot in a drain's batch, or NULL if it is not in one. */
+static inline uvs_task_t** uvs__task_slot(const uvs_task_t* t) {
+  uintptr_t p;
+
+  p = (uintptr_t) t->node.prev;
+  return (p & 1) ? (uvs_task_t**) (p & ~(uintptr_t) 1) : NULL;
+}
+static inline void uvs__task_set_kready(uvs_task_t* t, uvs__queue_t* kready) {
+  t->tnode.prev = kready; /* NULL: out of it */
+}
+static inline int uvs__task_in_kready(const uvs_task_t* t,
+                                      const uvs__queue_t* kready) {
+  return t->tnode.prev == kready;
+}
+static inline void uvs__task_set_kent(uvs_task_t* t, void* entry) {
+  t->tnode.next = (uvs__queue_t*) entry;
+}
+static inline void* uvs__task_kent(const uvs_task_t* t) {
+  return t->tnode.next;
+}
+static inline void uvs__task_set_due_frac(uvs_task_t* t, uint32_t us) {
+  t->status = (int) us;
+}
+static inline uint32_t uvs__task_due_frac(const uvs_task_t* t) {
+  return (uint32_t) t->status;
+}
+static inline void uvs__task_set_ready_us(uvs_task_t* t, uint32_t us) {
+  t->status = (int) us;
+}
+static inline uint32_t uvs__task_ready_us(const uvs_task_t* t) {
+  return (uint32_t) t->status;
+}
+static inline void uvs__task_set_result(uvs_task_t* t, int status) {
+  t->status = status;
+}
+static inline int uvs__task_result(const uvs_task_t* t) {
+  return t->status;
+}
