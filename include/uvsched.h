@@ -38,7 +38,7 @@ extern "C" {
  * which #if reads as 0). meson.build checks that these agree with the
  * project's version. */
 #define UVS_VERSION_MAJOR 0
-#define UVS_VERSION_MINOR 4
+#define UVS_VERSION_MINOR 5
 #define UVS_VERSION_PATCH 0
 #define UVS_VERSION_HEX \
   ((UVS_VERSION_MAJOR << 16) | (UVS_VERSION_MINOR << 8) | (UVS_VERSION_PATCH))
@@ -107,6 +107,11 @@ typedef struct uvs_sched_options_s {
   /* 0.4: NULL = none. */
   uvs_hook_cb hook;
   void* hook_arg;
+  /* 0.5: the most time one pool drain keeps its thread while other ready
+   * workers take turns on it, in us; 0 = 10000 (10 ms). A drain gives its
+   * thread back to libuv when no worker is ready for it, or at the end of
+   * the first turn that ends once it has held the thread this long. */
+  unsigned hold_us;
 } uvs_sched_options_t;
 
 typedef struct uvs_stats_s {

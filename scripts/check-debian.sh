@@ -28,7 +28,7 @@ installed=0
 cleanup() {
   local p pkgs=()
   if [ "$installed" -eq 1 ]; then
-    for p in libuvsched-dev libuvsched1; do
+    for p in libuvsched-dev libuvsched2; do
       uvs_deb_installed "$p" && pkgs+=("$p")
     done
     if [ "${#pkgs[@]}" -ne 0 ]; then
@@ -79,8 +79,8 @@ echo "lintian: no error, no warning"
 
 section "apt-get install ./*.deb"
 installed=1
-uvs_install_pkgs "$tmp"/libuvsched1_*.deb "$tmp"/libuvsched-dev_*.deb
-dpkg-query -W libuvsched1 libuvsched-dev
+uvs_install_pkgs "$tmp"/libuvsched2_*.deb "$tmp"/libuvsched-dev_*.deb
+dpkg-query -W libuvsched2 libuvsched-dev
 
 exe() { # NAME: runs the consumer NAME, which must print its line
   "$1" | grep "3 tasks in order" >/dev/null || uvs_die "$1 did not run as it should"

@@ -404,17 +404,12 @@ static unsigned turn(uvs_worker_t* w,
       break; /* late arrivals don't run: the loop sweeps them (close.c) */
     if (uvs__suspended(w))
       break; /* turn_ended parks it */
-    /* A lane looks at its slice before it picks, not after: a picked task
-     * has left its key's count (keys.c), and one put back would count in
-     * again after a producer may have filled the room it seemed to make. */
-    if (lane != NULL && tn.check && uvs__slice_over(tn.sl))
-      break;
     max = tn.budget - tn.ran < tn.batch_max ? tn.budget - tn.ran : tn.batch_max;
     n = fill(w, lane, slots, max);
     if (n == 0) {
       /* A runner with other workers waiting doesn't linger on this one. */
       if (lane == NULL && s->linger_us != 0 && w->where == UVS_POOL &&
-          (rs == NULL || !uvs__pool_waiting(s)) && linger(s, w))
+          !uvs__pool_waiting(s) && linger(s, w))
         continue;
       break;
     }
@@ -434,6 +429,9 @@ static unsigned turn(uvs_worker_t* w,
       uvs__worker_ready(w, 1); /* a barrier lifted: lanes for what follows */
     *tn.batch = NULL;
     *tn.batch_len = 0;
+    if (lane != NULL)
+      break; /* a key's turn is one batch: its key's run, or what the
+              * slice let start of it */
   }
   uvs__tls.draining = 0;
   if (!held)
@@ -442,44 +440,58 @@ static unsigned turn(uvs_worker_t* w,
 }
 
 
-void uvs__lane_turn(uvs__lane_t* lane) {
-  turn(lane->w, lane, NULL, lane->w->sched->budget, 0);
+/* The end of a drain's hold (SPEC 0.5, guarantee 7): the end of the first
+ * turn that ends once it has held its pool thread for hold_us. */
+static uint64_t hold_end(uvs_sched_t* s) {
+  return uv_hrtime() + s->hold_ns;
 }
 
 
-void uvs__run_ready(uvs_sched_t* s, uvs_worker_t* first, unsigned* group) {
+void uvs__lane_turn(uvs__lane_t* lane) {
   uvs_worker_t* w;
-  uint64_t epoch;
-  unsigned left;
-  unsigned ran;
-  uvs__slice_t sl;
+  uvs_sched_t* s;
+  uint64_t end;
 
-  /* With a budget the runner runs that many tasks in all, as one drain
-   * did; with none, one time slice. Each worker gets one turn at most: a
-   * worker it served already and finds ready again waits for the next.
-   * The loop posts a runner for every ready worker the cap leaves room for
-   * (loop.c, dispatch), so a worker this one takes from the list had none
-   * coming: going on saves that post. */
-  left = s->budget;
-  sl.end_ns = 0;
-  if (left == 0)
-    uvs__slice_start(&sl);
-  w = first;
+  /* Key after key on the same thread, each one batch (its key's turn),
+   * until nothing may start or the hold is spent: a lane looks at its hold
+   * before it picks, not after, since a picked task has left its key's
+   * count (keys.c), and one put back would count in again after a
+   * producer may have filled the room it seemed to make. */
+  w = lane->w;
+  s = w->sched;
+  end = hold_end(s);
   uv_mutex_lock(&s->lock);
-  epoch = ++s->runner_epoch;
-  /* The lock stays held from the end of one worker's turn to the first
-   * batch of the next: one acquisition per worker served, not three. */
+  while (turn(w, lane, NULL, s->budget, 1) != 0 && uv_hrtime() < end)
+    ;
+  uv_mutex_unlock(&s->lock);
+}
+
+
+void uvs__run_ready(uvs_sched_t* s, uvs_worker_t* w, unsigned* group) {
+  uint64_t end;
+
+  /* When a worker's turn ends (budget tasks, or its ~1 ms slice) with work
+   * left, it rejoins the tail of its group's ready list, and this drain
+   * takes the next ready worker itself, on the same thread: another
+   * worker's turn, or the same worker's next when none other is ready. It
+   * gives its thread back to libuv when nothing is ready for it, or at the
+   * end of the first turn that ends once it has held the thread for
+   * hold_us, so that the pool's other users get it (SPEC 0.5, guarantee
+   * 7). The loop posts a drain for every ready worker the cap leaves room
+   * for (loop.c, dispatch), so one this drain takes had none coming. The
+   * lock stays held from the end of one turn to the first batch of the
+   * next: one acquisition per turn, not three. */
+  end = hold_end(s);
+  uv_mutex_lock(&s->lock);
   for (;;) {
-    w->runner_epoch = epoch;
-    ran = turn(w, NULL, &sl, left, 1);
-    if (left != 0)
-      left -= ran;
-    uvs__turn_ended(w);
-    if (s->budget != 0 ? left == 0 : uvs__slice_over(&sl))
+    turn(w, NULL, NULL, s->budget, 1);
+    uvs__turn_ended(w, 0); /* no ring: this drain looks at once */
+    if (uv_hrtime() >= end)
       break;
-    w = uvs__ready_take(s, epoch, group);
+    w = uvs__ready_take(s, 1, group);
     if (w == NULL)
       break;
+    uvs__ready_chain(s);
   }
   uv_mutex_unlock(&s->lock);
 }
@@ -510,7 +522,7 @@ int uvs__loop_turn(uvs_sched_t* s) {
     w = uvs__container_of(q, uvs_worker_t, ready_node);
     w->phase = UVS__P_POSTED;
     turn(w, NULL, s->budget == 0 ? &sl : NULL, s->budget, 1);
-    uvs__turn_ended(w);
+    uvs__turn_ended(w, 1);
     if (s->budget == 0 && uvs__slice_over(&sl)) {
       /* The ones left out, ahead of any that became ready since. */
       uvs__queue_move(&s->loop_ready, &turns);

@@ -37,7 +37,10 @@ enum {
   UVS__SF_SETTLING = 1,        /* settle() runs (loop.c) */
   UVS__SF_HANDLES_CLOSING = 2, /* uv_close() called on our handles */
   UVS__SF_TURNED = 4, /* a loop turn ran in this loop iteration (check_cb) */
-  UVS__SF_CLOSES = 8  /* closes are under way: every settle looks at them */
+  UVS__SF_CLOSES = 8, /* closes are under way: every settle looks at them */
+  UVS__SF_POSTED = 16, /* a schedule call posted a drain since the last
+                        * settle (uvs__post_first) */
+  UVS__SF_RAN = 32      /* the loop has run the scheduler: settle() ran */
 };
 
 /* sched->state (atomic) */
@@ -133,22 +136,23 @@ int uvs__post_init(uvs_sched_t* sched);
 /* ---- ready.c: the ready order ------------------------------------------ */
 /* All need the scheduler's lock. */
 /* Lists w as ready at the tail of its list (its group's ready or
- * wide_ready, or the loop's), or, suspended, parks it, and rings for a
- * drain, lanes or a loop turn. Only the hand-off and the end of a turn
- * call it (worker.c). */
-void uvs__ready_list(uvs_worker_t* worker);
-/* Which ready serial pool worker a free drain serves next, taken off its
+ * wide_ready, or the loop's), or, suspended, parks it. With ring set it
+ * rings for a loop turn, or for a drain or lanes if the caps leave room
+ * for one. Only the hand-off and the end of a turn call it (worker.c). */
+void uvs__ready_list(uvs_worker_t* worker, int ring);
+/* Which ready serial pool worker a drain serves next, taken off its
  * group's ready list and marked posted, or NULL. Groups with a worker
  * waiting and room compete by the least run_cb time per share; within
- * one, workers take turns in FIFO order. A new drain (epoch 0) takes a
- * place in the chosen group's count, returned in *group; a runner going
- * on (its epoch, its group in *group) stays in its group or moves its
- * place to one with room, and gets NULL when the next worker is one it
- * served already. dispatch() (loop.c) and a runner (drain.c) both ask
- * here. */
-uvs_worker_t* uvs__ready_take(uvs_sched_t* sched,
-                              uint64_t epoch,
-                              unsigned* group);
+ * one, workers take turns in FIFO order. A new drain (going_on 0) takes a
+ * place in the chosen group's count, returned in *group; a drain going on
+ * to its next turn (its group in *group) stays in its group or moves its
+ * place to one with room. dispatch() (loop.c) and a drain (drain.c) both
+ * ask here. */
+uvs_worker_t* uvs__ready_take(uvs_sched_t* sched, int going_on, unsigned* group);
+/* A drain that took its next worker saw more waiting than drains: while
+ * the caps leave room, it rings for one more (whose first take does the
+ * same: a chain, not a burst). */
+void uvs__ready_chain(uvs_sched_t* sched);
 /* The groups with wide workers wanting lanes, least run_cb time per share
  * first, into order (UVS__GROUPS_MAX entries); returns how many. */
 unsigned uvs__wide_order(uvs_sched_t* sched, unsigned* order);
@@ -233,8 +237,9 @@ int uvs__worker_push(uvs_worker_t* worker, uvs_task_t* task, int requeue);
  * held (bound.c). */
 void uvs__worker_file(uvs_worker_t* worker, uvs_task_t* task);
 /* A turn of the worker ended (lock held, any thread): idle, or ready
- * again at the tail of its list. */
-void uvs__turn_ended(uvs_worker_t* worker);
+ * again at the tail of its list, ringing for a drain or turn with ring
+ * set (a drain that takes its next worker at once passes 0). */
+void uvs__turn_ended(uvs_worker_t* worker, int ring);
 /* Its suspension ended (lock held): a parked worker is listed again. */
 void uvs__unpark(uvs_worker_t* worker);
 
@@ -284,13 +289,14 @@ uint64_t uvs__worker_ran(uvs_worker_t* worker);
 void uvs__worker_fold_counts(uvs_worker_t* worker);
 
 /* ---- drain.c ----------------------------------------------------------- */
-/* A turn of one lane of a wide worker, with a slice of its own. Pool
- * thread, no lock held. */
+/* A lane of a wide worker: a key's turn (one batch, with a slice of its
+ * own), then the next startable key's, until none is or its hold has
+ * passed. Pool thread, no lock held. */
 void uvs__lane_turn(uvs__lane_t* lane);
 /* A runner (one uv_queue_work item): runs a turn of first, then of each
  * pool worker that is ready, as uvs__ready_take() orders them, until none
- * is or its time slice has passed; *group is the group whose count it is
- * in, which moves with it. Pool thread, no lock held. */
+ * is or its hold has passed; *group is the group whose count it is in,
+ * which moves with it. Pool thread, no lock held. */
 void uvs__run_ready(uvs_sched_t* sched, uvs_worker_t* first, unsigned* group);
 /* A loop turn: one turn of each loop worker ready now, within one time
  * slice for all (default budget) or budget tasks each; those the slice
@@ -311,6 +317,12 @@ typedef struct uvs__runner_s uvs__runner_t;
 /* uvs_sched_init's handles: init, and the first loop iteration owed. */
 int uvs__loop_init(uv_loop_t* loop, uvs_sched_t* sched);
 void uvs__loop_start(uvs_sched_t* sched);
+/* A schedule call on the loop thread made a pool worker ready: post a
+ * drain for the oldest ready worker now, inside the call, if the caps
+ * leave room and no other was posted since the last settle (SPEC 0.5:
+ * "posted at once" may be done inside the schedule call; posting runs no
+ * task). Loop thread, no lock held. */
+void uvs__post_first(uvs_sched_t* sched);
 
 /* ---- task.c ------------------------------------------------------------ */
 /* For uvs_post: schedules a library-owned node onto an open worker. */

@@ -10,6 +10,7 @@
 
 #include "internal.h"
 
+#include <limits.h>
 #include <stdlib.h>
 
 /* One of a scheduler's runners: a uv_queue_work item that serves ready
@@ -147,11 +148,11 @@ static void post_lane(uvs_sched_t* s, uvs_worker_t* w) {
 
 
 /* Takes a lane for each task of a listed wide worker that one could
- * start, as far as the width and the caps (the scheduler's, its group's)
- * leave room. Returns 0 if a cap left it wanting more: then it is listed
+ * start, as far as the width, the caps (the scheduler's, its group's)
+ * and *left leave room. Returns 0 if a cap left it wanting more: then it is listed
  * again (uvs__worker_ready() in worker.c), behind the others waiting.
  * Lock held. */
-static int serve_wide(uvs_sched_t* s, uvs_worker_t* w) {
+static int serve_wide(uvs_sched_t* s, uvs_worker_t* w, unsigned* left) {
   uvs__group_t* g;
   unsigned want;
   int busy;
@@ -175,9 +176,10 @@ static int serve_wide(uvs_sched_t* s, uvs_worker_t* w) {
   }
   busy = uvs__worker_intake(w) == UV_EAGAIN;
   want = uvs__keys_lanes_wanted(w);
-  while (want > 0 && uvs__group_room(s, g)) {
+  while (want > 0 && *left > 0 && uvs__group_room(s, g)) {
     post_lane(s, w);
     want--;
+    --*left;
   }
   if (want > 0) {
     /* Listed again, behind the wide workers of its group that wait. */
@@ -234,8 +236,9 @@ static void lane_work_done(uv_work_t* req, int status) {
 
 /* Work conservation (guarantee 12): a drain for every ready pool worker,
  * as far as the cap allows, oldest first; a lane for every task a wide
- * worker could start. Never a guess of how long tasks take. Lock held. */
-static void dispatch(uvs_sched_t* s) {
+ * worker could start. Never a guess of how long tasks take. At most max
+ * drains and lanes in all. Lock held. */
+static void dispatch(uvs_sched_t* s, unsigned max) {
   unsigned order[UVS__GROUPS_MAX];
   uvs__queue_t wide;
   uvs__runner_t* r;
@@ -249,20 +252,20 @@ static void dispatch(uvs_sched_t* s) {
    * for a dispatch) waits for the next call. Groups in the order their
    * shares say (uvs__wide_order). */
   n = uvs__wide_order(s, order);
-  for (i = 0; i < n && uvs__room(s); i++) {
+  for (i = 0; i < n && max > 0 && uvs__room(s); i++) {
     g = &s->groups[order[i]];
     uvs__queue_init(&wide);
     uvs__queue_move(&g->wide_ready, &wide);
-    while (uvs__group_room(s, g) && !uvs__queue_empty(&wide)) {
+    while (max > 0 && uvs__group_room(s, g) && !uvs__queue_empty(&wide)) {
       w = uvs__container_of(wide.next, uvs_worker_t, ready_node);
-      if (!serve_wide(s, w))
+      if (!serve_wide(s, w, &max))
         break;
     }
     uvs__queue_move(&g->wide_ready, &wide);
     uvs__queue_move(&wide, &g->wide_ready);
   }
 
-  while (uvs__room(s) && s->runner_free != NULL &&
+  while (max > 0 && uvs__room(s) && s->runner_free != NULL &&
          (w = uvs__ready_take(s, 0, &group)) != NULL) {
     r = s->runner_free;
     s->runner_free = r->next;
@@ -272,6 +275,7 @@ static void dispatch(uvs_sched_t* s) {
     s->stats.drains++;
     r->next = s->runner_owed;
     s->runner_owed = r;
+    max--;
   }
 }
 
@@ -303,6 +307,27 @@ static void post_owed(uvs_sched_t* s) {
     rev = r->next;
     if (uv_queue_work(s->loop, &r->work, runner_work, runner_done) != 0)
       abort(); /* only fails for a NULL work_cb */
+  }
+}
+
+
+void uvs__post_first(uvs_sched_t* s) {
+  /* One post between two settles at most (SPEC 0.5, start latency): the
+   * callback's later ready workers wait for the settle() that follows it
+   * (their rings started the idle handle), or for a drain posted already
+   * to take them, so that a callback that schedules many tasks pays one
+   * thread wake. Inside settle() its own dispatch posts; and before the
+   * loop first ran the scheduler (uv_run's first iteration), nothing
+   * starts: its idle handle posts then. */
+  if ((s->flags & (UVS__SF_SETTLING | UVS__SF_POSTED | UVS__SF_RAN)) !=
+      UVS__SF_RAN)
+    return;
+  uv_mutex_lock(&s->lock);
+  dispatch(s, 1);
+  uv_mutex_unlock(&s->lock);
+  if (s->runner_owed != NULL || s->lane_owed != NULL) {
+    s->flags |= UVS__SF_POSTED;
+    post_owed(s);
   }
 }
 
@@ -353,7 +378,7 @@ static int settle_once(uvs_sched_t* s, unsigned owed, unsigned* later) {
       uvs__timers_due(s, &due);
       uvs__fall_due(&due);
     }
-    dispatch(s);
+    dispatch(s, UINT_MAX);
     uv_mutex_unlock(&s->lock);
     post_owed(s);
   }
@@ -400,7 +425,7 @@ static void settle(uvs_sched_t* s, unsigned why) {
   int round;
 
   uvs__publish_now(s);
-  s->flags |= UVS__SF_SETTLING;
+  s->flags |= UVS__SF_SETTLING | UVS__SF_RAN;
   later = 0;
   owed = __atomic_exchange_n(&s->owed, UVS__BELL_SETTLING, __ATOMIC_ACQ_REL);
   owed = (owed & ~UVS__BELL_SETTLING) | why;
@@ -419,7 +444,7 @@ static void settle(uvs_sched_t* s, unsigned why) {
     owed = __atomic_exchange_n(&s->owed, UVS__BELL_SETTLING, __ATOMIC_ACQ_REL) &
            ~UVS__BELL_SETTLING;
   }
-  s->flags &= ~UVS__SF_SETTLING;
+  s->flags &= ~(UVS__SF_SETTLING | UVS__SF_POSTED);
 
   /* What is left (the next loop turn, or what the rounds did not reach)
    * goes to the idle handle, which keeps the loop from blocking in its

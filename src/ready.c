@@ -10,16 +10,6 @@
 #include "internal.h"
 
 
-static uvs__queue_t* ready_list(uvs_worker_t* w) {
-  uvs__group_t* g;
-
-  if (w->where == UVS_LOOP)
-    return &w->sched->loop_ready;
-  g = uvs__group_of(w);
-  return w->keys == NULL ? &g->ready : &g->wide_ready;
-}
-
-
 /* Does g wait for drains: a worker of it ready, or one of its drains out? */
 static int active(const uvs__group_t* g) {
   return g->drains != 0 || !uvs__queue_empty(&g->ready) ||
@@ -105,18 +95,16 @@ unsigned uvs__wide_order(uvs_sched_t* s, unsigned* order) {
 }
 
 
-uvs_worker_t* uvs__ready_take(uvs_sched_t* s, uint64_t epoch, unsigned* group) {
+uvs_worker_t* uvs__ready_take(uvs_sched_t* s, int going_on, unsigned* group) {
   uvs__group_t* held;
   uvs__group_t* g;
   uvs_worker_t* w;
 
-  held = epoch != 0 ? &s->groups[*group] : NULL;
+  held = going_on ? &s->groups[*group] : NULL;
   g = next_group(s, held);
   if (g == NULL || (held == NULL && g->drains >= g->cap))
     return NULL;
   w = uvs__container_of(g->ready.next, uvs_worker_t, ready_node);
-  if (epoch != 0 && w->runner_epoch == epoch)
-    return NULL; /* it had its turn of this runner: the next runner's */
   uvs__queue_remove(&w->ready_node);
   uvs__store_rel(&g->nready, g->nready - 1);
   w->phase = UVS__P_POSTED;
@@ -130,7 +118,24 @@ uvs_worker_t* uvs__ready_take(uvs_sched_t* s, uint64_t epoch, unsigned* group) {
 }
 
 
-void uvs__ready_list(uvs_worker_t* w) {
+void uvs__ready_chain(uvs_sched_t* s) {
+  uvs__group_t* g;
+  unsigned i;
+
+  if (!uvs__room(s))
+    return;
+  for (i = 0; i < s->ngroups; i++) {
+    g = &s->groups[i];
+    if (g->drains < g->cap &&
+        (!uvs__queue_empty(&g->ready) || !uvs__queue_empty(&g->wide_ready))) {
+      uvs__ring(s, UVS__BELL_DISPATCH);
+      return;
+    }
+  }
+}
+
+
+void uvs__ready_list(uvs_worker_t* w, int ring) {
   uvs__group_t* g;
 
   /* A suspended worker waits off the lists, SCHEDULED, so that producers
@@ -143,15 +148,22 @@ void uvs__ready_list(uvs_worker_t* w) {
     return;
   }
   w->phase = UVS__P_READY;
-  if (w->where == UVS_POOL) {
-    g = uvs__group_of(w);
-    if (w->sched->ngroups > 1 && !active(g))
-      level(w->sched, g);
-    uvs__store_rel(&g->nready, g->nready + 1);
+  if (w->where == UVS_LOOP) {
+    uvs__queue_push(&w->sched->loop_ready, &w->ready_node);
+    if (ring)
+      uvs__ring(w->sched, UVS__BELL_TURN);
+    return;
   }
-  uvs__queue_push(ready_list(w), &w->ready_node);
-  uvs__ring(w->sched,
-            w->where == UVS_POOL ? UVS__BELL_DISPATCH : UVS__BELL_TURN);
+  g = uvs__group_of(w);
+  if (w->sched->ngroups > 1 && !active(g))
+    level(w->sched, g);
+  uvs__queue_push(w->keys == NULL ? &g->ready : &g->wide_ready, &w->ready_node);
+  uvs__store_rel(&g->nready, g->nready + 1);
+  /* The loop posts a drain if the caps leave room for one; if they don't,
+   * a drain of the scheduler ends or takes its next turn before long, and
+   * looks (runner_done in loop.c, or the drain going on, drain.c). */
+  if (ring && uvs__group_room(w->sched, g))
+    uvs__ring(w->sched, UVS__BELL_DISPATCH);
 }
 
 

@@ -96,9 +96,12 @@ int uvs_sched_init(uv_loop_t* loop,
     s->max_concurrency = options->max_concurrency;
     s->keep_alive = options->keep_alive != 0;
     s->linger_us = options->linger_us;
+    s->hold_ns = (uint64_t) options->hold_us * 1000;
     s->hook = options->hook;
     s->hook_arg = options->hook_arg;
   }
+  if (s->hold_ns == 0)
+    s->hold_ns = UVS__HOLD_NS;
   err = groups_init(s, options);
   if (err != 0)
     return err;

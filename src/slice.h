@@ -10,6 +10,12 @@
  * tasks a drain moves out of the queue that it may have to put back. */
 #define UVS__SLICE_NS 1000000
 
+/* A pool drain's hold (SPEC 0.5, hold_us): when a turn ends, the drain
+ * takes the next ready worker's turn on the same thread rather than give
+ * the thread back, until no worker is ready for it or it has held the
+ * thread this long, by default. */
+#define UVS__HOLD_NS 10000000
+
 /* A slice ends by uv_hrtime(), the one clock uvsched reads: the check
  * before every task but the first is one read of it (a vDSO call, 20-50 ns
  * on the machines measured). */

@@ -216,7 +216,9 @@ static int accept_now(uvs_worker_t* w,
   t->due = 0;
   uvs__task_set_unlinked(t); /* on its way to the inbox */
   publish(t, claimed, flags | UVS__T_QUEUED);
-  uvs__worker_push(w, t, 0);
+  if (uvs__worker_push(w, t, 0) && w->where == UVS_POOL &&
+      uvs__on_loop_thread(w->sched))
+    uvs__post_first(w->sched);
   return 0;
 }
 

@@ -57,7 +57,7 @@ int uvs__worker_ready(uvs_worker_t* w, int locked) {
     return 0; /* another producer won, and makes it ready */
   if (!locked)
     uv_mutex_lock(&w->sched->lock);
-  uvs__ready_list(w);
+  uvs__ready_list(w, 1);
   if (!locked)
     uv_mutex_unlock(&w->sched->lock);
   return 1;
@@ -83,13 +83,13 @@ void uvs__worker_file(uvs_worker_t* w, uvs_task_t* t) {
 }
 
 
-void uvs__turn_ended(uvs_worker_t* w) {
+void uvs__turn_ended(uvs_worker_t* w, int ring) {
   if (w->flags & UVS__WF_CLOSING)
     uvs__ring(w->sched, UVS__BELL_CLOSE); /* the loop sweeps and completes
                                            * closes (close.c) */
   w->phase = UVS__P_IDLE;
   if (uvs__worker_nonempty(w)) {
-    uvs__ready_list(w); /* still SCHEDULED: at the tail of its list */
+    uvs__ready_list(w, ring); /* still SCHEDULED: at the tail of its list */
     return;
   }
   /* The other half of uvs__worker_ready(). */
@@ -104,7 +104,7 @@ void uvs__unpark(uvs_worker_t* w) {
     return;
   uvs__store_rel(&w->sched->parked, w->sched->parked - 1);
   uvs__ring(w->sched, UVS__BELL_PARKED);
-  uvs__turn_ended(w); /* listed again, or idle */
+  uvs__turn_ended(w, 1); /* listed again, or idle */
 }
 
 

@@ -799,6 +799,7 @@ static void plain_work(uv_work_t* req) {
 static void plain_done(uv_work_t* req, int status) {
   (void) req;
   ASSERT_OK(status);
+  ASSERT_OK(uvs_worker_resume(&worker)); /* the blocker may run now */
 }
 
 
@@ -811,10 +812,12 @@ TEST_IMPL(bound_block_plain_pool_work_eagain) {
   ASSERT_OK(uvs_schedule(&other, &items[0].task));
   ASSERT_OK(uv_run(&loop, UV_RUN_DEFAULT));
   ASSERT_EQ(atomic_load(&nruns), 1);
-  /* Full: the blocker is queued, and libuv runs plain_work before the
-   * drain the loop posts for it. */
+  /* Full: the blocker is queued, its worker suspended so that no drain
+   * takes it before plain_work has run (a schedule on the loop thread
+   * posts its drain at once, SPEC 0.5); plain_done resumes it. */
   bounded(UVS_POOL, 1, UVS_FULL_BLOCK, 0, NULL);
   init_item(&blocker, 100, item_run);
+  ASSERT_OK(uvs_worker_suspend(&worker));
   ASSERT_OK(uvs_schedule(&worker, &blocker.task));
   ASSERT_OK(uv_queue_work(&loop, &plain_req, plain_work, plain_done));
   ASSERT_OK(uv_run(&loop, UV_RUN_DEFAULT));

@@ -173,6 +173,8 @@ static int sched_new(int kidx) {
 
 static int open_manual; /* the next open_loop() makes a manual clock */
 
+static unsigned open_hold_us; /* the scheduler's hold_us, for the next open */
+
 static void open_loop(int keep_alive) {
   uvs_sched_options_t so;
   int k;
@@ -189,6 +191,7 @@ static void open_loop(int keep_alive) {
   memset(&so, 0, sizeof(so));
   so.keep_alive = keep_alive;
   so.manual_clock = open_manual;
+  so.hold_us = open_hold_us;
   ASSERT_OK(uvs_sched_init(&loop, &sched, &so));
 }
 
@@ -538,10 +541,12 @@ TEST_IMPL(keybound_space_cb_not_when_closing_cancel) {
 /* A task a lane takes up and puts back unstarted (its time slice passed)
  * is still queued and not started: its key did not fall, and no
  * key_space_cb is owed for it. Here the key's first task is a gate that
- * runs longer than a slice; both pool threads are then held (a keyless
- * gate on the other lane, and a plain uv_work queued in libuv's FIFO ahead
- * of any lane posted later), so that what the key has started by then is
- * all it will start until the test lets go. */
+ * runs longer than a slice, and the lane's hold (1 us) is spent with it,
+ * so the lane gives its thread back after that key's turn; both pool
+ * threads are then held (a keyless gate on the other lane, and a plain
+ * uv_work queued in libuv's FIFO ahead of any lane posted later), so that
+ * what the key has started by then is all it will start until the test
+ * lets go. */
 static test_latch_t pb_started;
 static test_latch_t pb_release;
 static uv_work_t pb_work;
@@ -567,7 +572,9 @@ TEST_IMPL(keybound_space_cb_not_on_put_back) {
   static test_gate_t kgate;
   item_t* extra;
 
+  open_hold_us = 1;
   open_loop(0);
+  open_hold_us = 0;
   ASSERT_OK(setenv("UV_THREADPOOL_SIZE", "2", 1));
   open_worker(2, 2, UVS_FULL_REJECT, 0);
   test_latch_init(&pb_started);

@@ -90,7 +90,6 @@ struct uvs__queue_s {
   unsigned batch_len;                                                         \
   unsigned phase;        /* idle, ready or posted */                          \
   unsigned group;        /* its index in sched->groups (0.4) */               \
-  uint64_t runner_epoch; /* the last runner that served it */                 \
   uint64_t nsched;       /* accepted: delayed, or moved out of the inbox */   \
   uint64_t nended;                                                            \
   /* Written by the one drain running (relaxed atomics). */                   \
@@ -176,7 +175,7 @@ struct uvs__queue_s {
    * with uv_queue_work once it is let go (newest first). */                  \
   struct uvs__runner_s* runner_owed;                                          \
   struct uvs__lane_s* lane_owed;                                              \
-  uint64_t runner_epoch; /* runs of runners so far */                         \
+  uint64_t hold_ns;      /* hold_us in ns (0.5) */                            \
   uv_idle_cb on_idle;    /* loop.c's idle callback, for uvs__ring() */        \
   unsigned cap; /* most drains at once: max_concurrency or the pool */        \
   int manual_clock;                                                           \
