@@ -264,7 +264,10 @@ UVS_EXTERN int uvs_worker_metrics(const uvs_worker_t* worker,
                                   uvs_worker_metrics_t* out);
 /* Any thread; blocks only a thread that is neither the loop's nor a pool
  * thread that ever ran a drain of any uvsched scheduler, for at least
- * timeout_ms unless room comes or a close begins. */
+ * timeout_ms unless room comes or a close begins. What it accepts runs only
+ * when the loop next polls: without keep_alive, a loop that nothing else
+ * keeps alive is not polled by uv_run() in any mode, UV_RUN_NOWAIT
+ * included, and the task waits there (docs/options.rst). */
 UVS_EXTERN int uvs_schedule_wait(uvs_worker_t* worker,
                                  uvs_task_t* task,
                                  uint64_t timeout_ms);
