@@ -1442,7 +1442,7 @@ static void users_keyed(const bench_cfg_t* cfg) {
   vs_naive = bench_row("u5.keyed-rate-naive",
                        "width-4 worker, 100 keys x 200 tasks of 7 us, vs "
                        "naive per key",
-                       "tasks/s", BENCH_INFO, NAN, 0);
+                       "tasks/s", BENCH_GE, 1.1, 0);
 
   memset(&kr, 0, sizeof(kr));
   kr.loop = &loop;
