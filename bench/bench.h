@@ -57,7 +57,13 @@ typedef struct bench_cfg_s {
   unsigned users_wait_ms;  /* u4: deadline of one dependency wait */
   size_t users_keys;       /* u5: keys on the width-4 worker */
   size_t users_per;        /* u5: tasks per key */
-  unsigned users_budget;   /* u1-u5: the scheduler's budget (0: slice) */
+  unsigned users_budget;   /* u1-u8: the scheduler's budget (0: slice) */
+  unsigned users_hold_us;  /* u1-u8: its hold_us, 0.5 (0: the default) */
+  size_t users_cold;       /* u6: events with the pool asleep */
+  unsigned users_cold_ms;  /* u6: ... this far apart */
+  size_t users_warm;       /* u6: events back to back */
+  unsigned users_held_ms;  /* u7: the pool is held this long per system */
+  size_t users_held_stats; /* u7: most fs_stat round trips per system */
 
   /* The 0.3 group (scenarios-03.c). */
   size_t v03_pending;          /* r1, r2: delayed tasks, and active timers */

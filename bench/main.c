@@ -3,6 +3,7 @@
  *
  *   uvsched-bench [--smoke] [--runs N] [--only NAME[,NAME...]]
  *                 [--json PATH] [--verbose] [--list] [--users-budget N]
+ *                 [--hold-us N]
  */
 
 #include "bench.h"
@@ -22,7 +23,7 @@
 #define UVS_BENCH_BUILDTYPE "unknown"
 #endif
 
-#define MAX_ROWS 128
+#define MAX_ROWS 192
 #define MAX_FIGURES 256
 
 struct bench_row_s {
@@ -67,7 +68,9 @@ static const scenario_t scenarios[] = {
      bench_g3_cost},
     {"r", "v03", "0.3: re-arm, idle timeouts, lateness, key bounds, shedding",
      bench_v03},
-    {"u", "users", "users' view: head-of-line, server mix, dependency, keys",
+    {"u", "users",
+     "users' view: head-of-line, server mix, dependency, keys, one task per "
+     "event, the pool held",
      bench_users},
     {"s1", "pool-one", "one pool worker, tasks scheduled from the loop",
      bench_s1_pool_one},
@@ -849,6 +852,11 @@ static void cfg_full(bench_cfg_t* c) {
   c->users_wait_ms = 250;
   c->users_keys = 100;
   c->users_per = 200;
+  c->users_cold = 200;
+  c->users_cold_ms = 3;
+  c->users_warm = 2000;
+  c->users_held_ms = 1000;
+  c->users_held_stats = 2000;
   c->v03_pending = 1000000;
   c->v03_calls = 1000000;
   c->v03_rearm_min_ms = 1000;
@@ -905,6 +913,11 @@ static void cfg_smoke(bench_cfg_t* c) {
   c->users_wait_ms = 250;
   c->users_keys = 10;
   c->users_per = 20;
+  c->users_cold = 5;
+  c->users_cold_ms = 3;
+  c->users_warm = 20;
+  c->users_held_ms = 30;
+  c->users_held_stats = 20;
   c->v03_pending = 20000;
   c->v03_calls = 20000;
   c->v03_rearm_min_ms = 1;
@@ -933,7 +946,7 @@ static void usage(FILE* f) {
   fprintf(f,
           "usage: uvsched-bench [--smoke] [--runs N] [--only NAME[,NAME...]]\n"
           "                     [--json PATH] [--verbose] [--list]\n"
-          "                     [--users-budget N]\n"
+          "                     [--users-budget N] [--hold-us N]\n"
           "  --smoke    tiny sizes; checks every task ran exactly once and in\n"
           "             order; exit status 1 on a correctness failure only\n"
           "  --runs N   repetitions per scenario (default 7, smoke 2)\n"
@@ -942,6 +955,8 @@ static void usage(FILE* f) {
           "             uvsched-bench.json; smoke writes none unless asked)\n"
           "  --users-budget N  the u rows' scheduler runs N tasks per drain\n"
           "             instead of a time slice (default 0: the slice)\n"
+          "  --hold-us N  the u rows' scheduler's hold_us (uvsched 0.5 and\n"
+          "             later; default 0: the library's default)\n"
           "scenarios:\n");
   for (i = 0; i < NSCENARIOS; i++)
     fprintf(f, "  %-3s %-13s %s\n", scenarios[i].id, scenarios[i].name,
@@ -1013,6 +1028,7 @@ int main(int argc, char** argv) {
   const char* json;
   int runs;
   long users_budget;
+  long hold_us;
   int smoke;
   int verbose;
   int i;
@@ -1026,6 +1042,7 @@ int main(int argc, char** argv) {
   verbose = 0;
   runs = 0;
   users_budget = 0;
+  hold_us = 0;
   json = NULL;
   only[0] = '\0';
   for (i = 1; i < argc; i++) {
@@ -1057,6 +1074,20 @@ int main(int argc, char** argv) {
         fprintf(stderr, "uvsched-bench: --users-budget takes 0..1e9\n");
         return 2;
       }
+    } else if (strcmp(argv[i], "--hold-us") == 0 && i + 1 < argc) {
+      hold_us = atol(argv[++i]);
+#if UVS_VERSION_HEX >= 0x000500
+      if (hold_us < 0 || hold_us > 1000000000) {
+        fprintf(stderr, "uvsched-bench: --hold-us takes 0..1e9\n");
+        return 2;
+      }
+#else
+      fprintf(stderr,
+              "uvsched-bench: --hold-us needs uvsched 0.5 or later (built "
+              "against %s)\n",
+              uvs_version_string());
+      return 2;
+#endif
     } else if (strcmp(argv[i], "--list") == 0 ||
                strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
       usage(stdout);
@@ -1077,6 +1108,7 @@ int main(int argc, char** argv) {
   if (runs != 0)
     cfg.runs = runs;
   cfg.users_budget = (unsigned) users_budget;
+  cfg.users_hold_us = (unsigned) hold_us;
   if (json == NULL && !smoke)
     json = "uvsched-bench.json";
   watchdog_default = cfg.watchdog_s;
