@@ -296,9 +296,10 @@ static void handle_closed(uv_handle_t* handle) {
   }
   uv_cond_destroy(&s->room);
   uv_mutex_destroy(&s->lock);
+  /* ngroups stays: an init after the close still answers an index out of
+   * range with UV_EINVAL (sched.c). */
   uvs__free(s->groups);
   s->groups = NULL;
-  s->ngroups = 0;
   if (cb != NULL)
     cb(s);
 }
