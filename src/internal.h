@@ -509,6 +509,9 @@ void uvs__worker_file(uvs_worker_t* worker, uvs_task_t* task);
 /* A turn of the worker ended (lock held, any thread): idle, or ready
  * again at the tail of its list. */
 void uvs__turn_ended(uvs_worker_t* worker);
+/* Its suspension began (lock held): a worker listed ready leaves its list
+ * and parks, so that its group no longer counts it ready. */
+void uvs__park(uvs_worker_t* worker);
 /* Its suspension ended (lock held): a parked worker is listed again. */
 void uvs__unpark(uvs_worker_t* worker);
 /* The sum of a counter of a wide worker's lanes, at offset off in each
