@@ -19,15 +19,19 @@
  * fail.
  *
  * Suspend and resume (0.4), with NSUSP suspenders: a parked worker is
- * suspended and SCHEDULED at every lock release; no lane is posted for a
- * suspended worker and no lane picks a task while it is suspended; work
- * conservation holds once every suspend has resumed. Broken variants that
+ * suspended and SCHEDULED at every lock release, and a suspended worker is
+ * never listed there (a suspend parks a listed one at once); no lane is
+ * posted for a suspended worker and no lane picks a task while it is
+ * suspended; work conservation holds once every suspend has resumed.
+ * Broken variants that
  * must fail: -DBROKEN_RESUME_NO_UNPARK (a resume to 0 leaves a parked
  * worker parked: a task never runs), -DBROKEN_PARK_IDLE (parking stores
  * IDLE: a producer lists the parked worker), both with the invariant of
  * parking left out (-DNO_PARK_INV) and -DNO_CONSERVE;
+ * -DBROKEN_SUSPEND_NO_PARK (a suspend leaves a listed worker listed);
+ * with it and the invariant of listing left out (-DNO_READY_INV),
  * -DBROKEN_SERVE_NO_PARK (serve_wide() posts lanes for a worker listed
- * before the suspend came) and -DBROKEN_LANE_NO_CHECK (turn() lets a lane
+ * before the suspend came); -DBROKEN_LANE_NO_CHECK (turn() lets a lane
  * pick while suspended).
  *
  * What it abstracts. The inbox is as in model/handoff.pml: `pushed` counts
@@ -165,7 +169,9 @@
  *                                  uvs_worker_suspend() and
  *                                  uvs_worker_resume() in src/close.c: the
  *                                  count under the lock, the flag set at 1
- *                                  and cleared at 0, then unpark()
+ *                                  (and a listed worker parked at once:
+ *                                  uvs__ready_park() in src/ready.c) and
+ *                                  cleared at 0, then unpark()
  *   unpark(), turn_ended()         uvs__unpark() in src/worker.c, calling
  *                                  uvs__turn_ended() in src/worker.c: idle
  *                                  (store IDLE, second look, CAS) or listed
@@ -225,10 +231,14 @@ inline acquire() {
   atomic { lock == 0 -> lock = 1 }
 }
 
-/* Every lock hold ends with a parked worker suspended and SCHEDULED. */
+/* Every lock hold ends with a parked worker suspended and SCHEDULED, and
+ * with no suspended worker listed. */
 inline release() {
 #ifndef NO_PARK_INV
   assert(phase != P_PARKED || (sflag && state == W_SCHEDULED));
+#endif
+#ifndef NO_READY_INV
+  assert(phase != P_READY || !sflag);
 #endif
   lock = 0
 }
@@ -574,8 +584,8 @@ inline unpark(ne, won) {
 }
 
 /* Any thread: suspends the worker once, and later resumes it, each under
- * the lock: the count, the flag set at 1 and cleared at 0, then a parked
- * worker listed again. */
+ * the lock: the count, the flag set at 1 (and a listed worker parked) and
+ * cleared at 0, then a parked worker listed again. */
 proctype Suspender() {
   bool ne;
   bool won;
@@ -584,7 +594,16 @@ proctype Suspender() {
     lock == 0 ->
     nsusp++;
     if
-    :: nsusp == 1 -> sflag = 1
+    :: nsusp == 1 ->
+       sflag = 1;
+#ifndef BROKEN_SUSPEND_NO_PARK
+       if
+       :: phase == P_READY -> phase = P_PARKED
+       :: else -> skip
+       fi
+#else
+       skip
+#endif
     :: else -> skip
     fi;
     release()

@@ -5,7 +5,9 @@
  * parked) twice, and when everything has stopped, every suspend resumed,
  * the worker is idle with nothing queued. Suspend and resume (0.4): a
  * parked worker is suspended and SCHEDULED at every lock release, so no
- * producer lists it; once a suspend has returned no task starts until the
+ * producer lists it, and a suspended worker is never listed ready there
+ * (a suspend parks a listed one at once, so that uvs_group_stats() counts
+ * it ready no more); once a suspend has returned no task starts until the
  * count is back at 0, but for the slack the guarantee allows: one task, in
  * a drain that was running as the suspend returned and had looked at the
  * flag (or filled its batch) before. The script also checks that the model
@@ -16,7 +18,9 @@
  * find the lost task; with -DBROKEN_RESUME_NO_UNPARK (a resume to 0 leaves
  * a parked worker parked) the lost task, or the invariant of parking; with
  * -DBROKEN_PARK_IDLE (parking stores IDLE) a producer that lists the parked
- * worker; with -DBROKEN_TURN_NO_CHECK (turn() fills a batch of a suspended
+ * worker; with -DBROKEN_SUSPEND_NO_PARK (a suspend leaves a listed worker
+ * listed) a suspended worker listed ready; with -DBROKEN_TURN_NO_CHECK
+ * (turn() fills a batch of a suspended
  * worker) or -DBROKEN_BATCH_NO_CHECK (run_batch() does not look at the flag
  * before each task after the first) a task started while suspended; and
  * with -DNO_SLACK (no task at all may start once a suspend returned) the
@@ -89,7 +93,9 @@
  *   resume()                       uvs_worker_suspend() and
  *                                  uvs_worker_resume() in src/close.c: the
  *                                  count under the lock, the flag set at 1
- *                                  and cleared at 0, then uvs__unpark()
+ *                                  (and a listed worker parked at once:
+ *                                  uvs__ready_park() in src/ready.c) and
+ *                                  cleared at 0, then uvs__unpark()
  *   unpark()                       uvs__unpark() in src/worker.c: a parked
  *                                  worker's turn ends again (sched->parked--
  *                                  not modelled); close_locked() in
@@ -183,11 +189,15 @@ inline acquire() {
 }
 
 /* Every lock hold ends with a parked worker suspended and SCHEDULED (so
- * that no producer's CAS lists it) and nothing else parked. */
+ * that no producer's CAS lists it) and nothing else parked, and with no
+ * suspended worker listed ready. */
 inline release() {
   atomic {
 #ifndef NO_PARK_INV
     assert(phase != P_PARKED || (sflag && state == W_SCHEDULED));
+#endif
+#ifndef NO_READY_INV
+    assert(phase != P_READY || !sflag);
 #endif
     lock = 0
   }
@@ -303,13 +313,23 @@ inline unpark(ne, won) {
   fi
 }
 
-/* Lock held, then let go: the count up by one; at 1 the flag is set. The
- * suspend has returned once its lock is let go. */
+/* Lock held, then let go: the count up by one; at 1 the flag is set and a
+ * listed worker parked (uvs__ready_park()). The suspend has returned once its
+ * lock is let go. */
 inline suspend() {
   acquire();
   nsusp++;
   if
-  :: nsusp == 1 -> sflag = 1
+  :: nsusp == 1 ->
+     sflag = 1;
+#ifndef BROKEN_SUSPEND_NO_PARK
+     if
+     :: phase == P_READY -> phase = P_PARKED
+     :: else -> skip
+     fi
+#else
+     skip
+#endif
   :: else -> skip
   fi;
   atomic {

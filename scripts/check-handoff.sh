@@ -3,18 +3,18 @@
 #
 # - model/handoff.pml, a serial worker's idle/busy hand-off, with suspend
 #   and resume interleaved: safety (assertions: one drain at a time, never
-#   listed or parked twice, a parked worker suspended and SCHEDULED, no task
-#   started while suspended beyond the allowed slack; end states: every
-#   suspend resumed, nothing left in an idle worker) and the LTL property
-#   all_run under weak fairness;
+#   listed or parked twice, a parked worker suspended and SCHEDULED and a
+#   suspended one never listed, no task started while suspended beyond the
+#   allowed slack; end states: every suspend resumed, nothing left in an
+#   idle worker) and the LTL property all_run under weak fairness;
 # - model/handoff-wide.pml, a wide worker's hand-off to its lanes: safety
 #   (assertions: at most WIDTH lanes and CAP drains, never listed twice,
 #   work conservation whenever only long tasks run, and when everything
 #   stopped nothing left queued) with the cap at the width and below it,
 #   and all_run under weak fairness; then with suspend and resume
-#   interleaved (a parked worker suspended and SCHEDULED, no lane posted
-#   for a suspended worker nor picking while it is suspended), with fewer
-#   pushes to keep the search small.
+#   interleaved (a parked worker suspended and SCHEDULED and a suspended
+#   one never listed, no lane posted for a suspended worker nor picking
+#   while it is suspended), with fewer pushes to keep the search small.
 #
 # Then checks that each model can fail: each deliberately broken variant
 # must produce an error.
@@ -181,6 +181,8 @@ run "broken: parking stores IDLE" fail \
   "-DBROKEN_PARK_IDLE -DNO_PARK_INV" "-DNOCLAIM" ""
 run "broken: parking stores IDLE (the invariant of parking)" fail \
   "-DBROKEN_PARK_IDLE" "-DNOCLAIM" ""
+run "broken: a suspend leaves a listed worker listed" fail \
+  "-DBROKEN_SUSPEND_NO_PARK" "-DNOCLAIM" ""
 run "broken: turn fills a batch while suspended" fail \
   "-DBROKEN_TURN_NO_CHECK" "-DNOCLAIM" ""
 run "broken: run_batch without its look at the flag" fail \
@@ -228,8 +230,12 @@ run "wide broken: a resume to 0 leaves the worker parked" fail \
 run "wide broken: parking stores IDLE" fail \
   "-DPUSHES=1 -DNSUSP=1 -DBROKEN_PARK_IDLE -DNO_PARK_INV -DNO_CONSERVE" \
   "-DNOCLAIM" ""
+run "wide broken: a suspend leaves a listed worker listed" fail \
+  "-DPUSHES=1 -DNSUSP=1 -DBROKEN_SUSPEND_NO_PARK" "-DNOCLAIM" ""
+# Reached only while a suspend leaves a listed worker listed.
 run "wide broken: serve_wide posts lanes for a suspended worker" fail \
-  "-DPUSHES=1 -DNSUSP=1 -DBROKEN_SERVE_NO_PARK" "-DNOCLAIM" ""
+  "-DPUSHES=1 -DNSUSP=1 -DBROKEN_SUSPEND_NO_PARK -DNO_READY_INV -DBROKEN_SERVE_NO_PARK" \
+  "-DNOCLAIM" ""
 run "wide broken: a lane picks while suspended" fail \
   "-DPUSHES=1 -DNSUSP=1 -DBROKEN_LANE_NO_CHECK" "-DNOCLAIM" ""
 

@@ -8,6 +8,7 @@
 #   uvs_install_packaging_deps  the same for the ABI check and the Debian
 #                               packages (scripts/check-abi.sh,
 #                               scripts/check-debian.sh)
+#   uvs_install_valgrind        the same for scripts/check-valgrind.sh
 #   uvs_install_pkgs PKG...     install the given packages (apt-get)
 #   uvs_configure DIR [OPT...]  `meson setup DIR OPT...`, reusing DIR with
 #                               --reconfigure when it is already configured
@@ -164,6 +165,11 @@ uvs_install_packaging_deps() {
     uvs_deb_installed "$p" || missing+=("$p")
   done
   [ "${#missing[@]}" -eq 0 ] || uvs_install_pkgs "${missing[@]}"
+}
+
+# valgrind (memcheck) for scripts/check-valgrind.sh.
+uvs_install_valgrind() {
+  command -v valgrind >/dev/null 2>&1 || uvs_install_pkgs valgrind
 }
 
 # meson setup DIR, or meson setup --reconfigure DIR when DIR is configured.

@@ -183,10 +183,18 @@ int uvs__keys_admit(uvs_worker_t* w, uvs_task_t* t, uvs_task_t** evicted) {
     } else {
       if (w->on_full != UVS_FULL_DROP_OLDEST)
         return UV_EAGAIN;
+      *evicted = uvs__keys_oldest_of(w, e);
+      if (*evicted == NULL && e->filing > e->doomed) {
+        /* Nothing filed: the key's oldest are on their way in, counted
+         * (uvs__keys_filing). One of them goes instead, out of the counts
+         * now and handed back as it comes to be filed (uvs__keys_filed). */
+        e->doomed++;
+        uvs__unqueued(w);
+        return 0;
+      }
       /* The new task counts in first: the count never dips on the way,
        * so an eviction owes no key_space_cb. */
       __atomic_fetch_add(&e->queued, 1, __ATOMIC_SEQ_CST);
-      *evicted = uvs__keys_oldest_of(w, e);
       if (*evicted != NULL && uvs__take_out(w, *evicted) != 0)
         *evicted = NULL;
       return 0;
@@ -205,6 +213,27 @@ void uvs__keys_unadmit(uvs_worker_t* w, uvs_task_t* t) {
   e = uvs__kt_lookup(w->keys, t->key);
   __atomic_fetch_sub(&e->queued, 1, __ATOMIC_SEQ_CST);
   uvs__kt_maybe_del(w->keys, e);
+}
+
+
+void uvs__keys_filing(uvs_worker_t* w, uvs_task_t* t) {
+  if (uvs__task_key(t) != 0)
+    uvs__kt_lookup(w->keys, t->key)->filing++;
+}
+
+
+int uvs__keys_filed(uvs_worker_t* w, uvs_task_t* t) {
+  uvs__kent_t* e;
+
+  if (uvs__task_key(t) == 0)
+    return 0;
+  e = uvs__kt_lookup(w->keys, t->key);
+  e->filing--;
+  if (e->doomed == 0)
+    return 0;
+  e->doomed--;
+  uvs__kt_maybe_del(w->keys, e);
+  return 1;
 }
 
 

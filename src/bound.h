@@ -33,6 +33,12 @@ int uvs__admit(uvs_worker_t* worker, int locked);
 int uvs__keys_admit(uvs_worker_t* w, uvs_task_t* t, uvs_task_t** evicted);
 /* Undoes an admit of t that its caller could not complete. */
 void uvs__keys_unadmit(uvs_worker_t* w, uvs_task_t* t);
+/* t, admitted, goes to be filed with the lock let go meanwhile (the
+ * ACCEPTED hook): a DROP_OLDEST that finds nothing of its key filed takes
+ * it out instead. uvs__keys_filed() when the lock is back: 1 if that
+ * happened (the caller hands t back as evicted), else 0 (it files t). */
+void uvs__keys_filing(uvs_worker_t* w, uvs_task_t* t);
+int uvs__keys_filed(uvs_worker_t* w, uvs_task_t* t);
 /* Counts t in with no bound (a delayed task a draining close runs): 0 or
  * UV_ENOMEM. */
 int uvs__keys_reserve(uvs_worker_t* w, uvs_task_t* t);

@@ -168,7 +168,8 @@ out:
 
 /* Raises (by 1) or lowers (by -1) w's suspend count: at 1 the worker
  * starts no task (drain.c stops before the next, worker.c parks it
- * instead of listing it); back at 0 a parked worker is listed again. */
+ * instead of listing it, and a worker listed ready parks at once);
+ * back at 0 a parked worker is listed again. */
 static int suspend(uvs_worker_t* w, int by) {
   uvs_sched_t* s;
   int pinned;
@@ -187,9 +188,11 @@ static int suspend(uvs_worker_t* w, int by) {
     err = UV_EINVAL;
   if (err == 0) {
     w->nsuspend += (unsigned) by;
-    if (w->nsuspend == 1 && by > 0)
+    if (w->nsuspend == 1 && by > 0) {
       __atomic_store_n(&w->flags, w->flags | UVS__WF_SUSPENDED,
                        __ATOMIC_SEQ_CST);
+      uvs__ready_park(w); /* ready no more (uvs_group_stats) */
+    }
     if (w->nsuspend == 0) {
       __atomic_store_n(&w->flags, w->flags & ~UVS__WF_SUSPENDED,
                        __ATOMIC_SEQ_CST);
@@ -296,9 +299,10 @@ static void handle_closed(uv_handle_t* handle) {
   }
   uv_cond_destroy(&s->room);
   uv_mutex_destroy(&s->lock);
+  /* ngroups stays: an init after the close still answers an index out of
+   * range with UV_EINVAL (sched.c). */
   uvs__free(s->groups);
   s->groups = NULL;
-  s->ngroups = 0;
   if (cb != NULL)
     cb(s);
 }

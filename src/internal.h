@@ -36,11 +36,11 @@
 enum {
   UVS__SF_SETTLING = 1,        /* settle() runs (loop.c) */
   UVS__SF_HANDLES_CLOSING = 2, /* uv_close() called on our handles */
-  UVS__SF_TURNED = 4, /* a loop turn ran in this loop iteration (check_cb) */
-  UVS__SF_CLOSES = 8, /* closes are under way: every settle looks at them */
+  UVS__SF_TURNED = 4,  /* a loop turn ran in this loop iteration (check_cb) */
+  UVS__SF_CLOSES = 8,  /* closes are under way: every settle looks at them */
   UVS__SF_POSTED = 16, /* a schedule call posted a drain since the last
                         * settle (uvs__post_first) */
-  UVS__SF_RAN = 32      /* the loop has run the scheduler: settle() ran */
+  UVS__SF_RAN = 32     /* the loop has run the scheduler: settle() ran */
 };
 
 /* sched->state (atomic) */
@@ -148,7 +148,12 @@ void uvs__ready_list(uvs_worker_t* worker, int ring);
  * to its next turn (its group in *group) stays in its group or moves its
  * place to one with room. dispatch() (loop.c) and a drain (drain.c) both
  * ask here. */
-uvs_worker_t* uvs__ready_take(uvs_sched_t* sched, int going_on, unsigned* group);
+uvs_worker_t* uvs__ready_take(uvs_sched_t* sched,
+                              int going_on,
+                              unsigned* group);
+/* Its suspension began: a worker listed ready leaves its list and parks,
+ * so that its group no longer counts it ready. */
+void uvs__ready_park(uvs_worker_t* worker);
 /* A drain that took its next worker saw more waiting than drains: while
  * the caps leave room, it rings for one more (whose first take does the
  * same: a chain, not a burst). */

@@ -59,6 +59,8 @@ uvs__kent_t* uvs__kt_new(uvs__keys_t* k, uint64_t key) {
   e->queued = 0;
   e->full = 0;
   e->owed = 0;
+  e->filing = 0;
+  e->doomed = 0;
   uvs__queue_init(&e->q);
   e->next = k->buckets[uvs__kt_bucket(k, key)];
   k->buckets[uvs__kt_bucket(k, key)] = e;
@@ -86,7 +88,8 @@ static void ent_del(uvs__keys_t* k, uvs__kent_t* e) {
 
 void uvs__kt_maybe_del(uvs__keys_t* k, uvs__kent_t* e) {
   if (e->head == NULL && uvs__queue_empty(&e->q) &&
-      __atomic_load_n(&e->queued, __ATOMIC_RELAXED) == 0 && !e->owed)
+      __atomic_load_n(&e->queued, __ATOMIC_RELAXED) == 0 && !e->owed &&
+      e->filing == 0)
     ent_del(k, e);
 }
 

@@ -32,6 +32,10 @@ struct uvs__kent_s {
   int full;      /* atomic */
   int owed;
   uvs__queue_t owed_node;
+  /* Admitted tasks of the key on their way to be filed (bound.c,
+   * uvs__keys_filing), and how many of them a DROP_OLDEST took out. */
+  unsigned filing;
+  unsigned doomed;
 };
 
 typedef struct kchunk_s {

@@ -149,8 +149,8 @@ static void post_lane(uvs_sched_t* s, uvs_worker_t* w) {
 
 /* Takes a lane for each task of a listed wide worker that one could
  * start, as far as the width, the caps (the scheduler's, its group's)
- * and *left leave room. Returns 0 if a cap left it wanting more: then it is listed
- * again (uvs__worker_ready() in worker.c), behind the others waiting.
+ * and *left leave room. Returns 0 if a cap left it wanting more: then it is
+ * listed again (uvs__worker_ready() in worker.c), behind the others waiting.
  * Lock held. */
 static int serve_wide(uvs_sched_t* s, uvs_worker_t* w, unsigned* left) {
   uvs__group_t* g;

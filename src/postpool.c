@@ -253,11 +253,16 @@ uvs_task_t* uvs__post_node(uvs_sched_t* s,
     return NULL;
   node->fn = fn;
   node->arg = arg;
-  /* What accept_now() doesn't set; the links it sets itself. A post has no
-   * key: on a wide worker it is ordered by its start only (the chunk's
-   * memory is malloc's, and would give it one). */
+  /* Everything accept_now() doesn't set, as uvs_task_init() would: a new
+   * chunk's memory is malloc's. A post has no key (on a wide worker it is
+   * ordered by its start only); its state says claimed, as a task's does
+   * on its way in, since admission reads it (uvs__task_key); and it is in
+   * no keyed queue, which a close's sweep asks (keys.c). */
   node->task.run_cb = post_run;
   node->task.done_cb = NULL;
   node->task.key = 0;
+  __atomic_store_n(&node->task.state, UVS__T_CLAIMED, __ATOMIC_RELAXED);
+  uvs__task_set_kready(&node->task, NULL);
+  uvs__task_set_kent(&node->task, NULL);
   return &node->task;
 }

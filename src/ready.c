@@ -167,6 +167,22 @@ void uvs__ready_list(uvs_worker_t* w, int ring) {
 }
 
 
+void uvs__ready_park(uvs_worker_t* w) {
+  uvs__group_t* g;
+
+  if (w->phase != UVS__P_READY)
+    return;
+  uvs__queue_remove(&w->ready_node); /* its list, or a loop turn's */
+  if (w->where == UVS_POOL) {
+    g = uvs__group_of(w);
+    uvs__store_rel(&g->nready, g->nready - 1);
+  }
+  w->phase = UVS__P_PARKED;
+  uvs__store_rel(&w->sched->parked, w->sched->parked + 1);
+  uvs__ring(w->sched, UVS__BELL_PARKED);
+}
+
+
 void uvs__group_ran(uvs_worker_t* w, unsigned n, uint64_t ns) {
   uvs__group_t* g;
 

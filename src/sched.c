@@ -238,12 +238,12 @@ int uvs__worker_init(uvs_sched_t* s,
   keys = NULL;
   hists = NULL;
   uvs__add_sc(&s->inflight, 1);
+  /* UV_EINVAL wins: ngroups is the init's, kept through a close. */
+  err = UV_EINVAL;
+  if (o != NULL && o->group >= s->ngroups)
+    goto out;
   err = UV_ESHUTDOWN;
   if (__atomic_load_n(&s->state, __ATOMIC_SEQ_CST) != UVS__SS_OPEN)
-    goto out;
-  /* The groups are read once the scheduler is known open and pinned. */
-  err = o != NULL && o->group >= s->ngroups ? UV_EINVAL : UV_ESHUTDOWN;
-  if (err == UV_EINVAL)
     goto out;
   if (o != NULL && o->width > 1) {
     err = UV_ENOMEM;

@@ -143,13 +143,20 @@ static int accept_filed(uvs_worker_t* w,
       unclaim(t, claimed, prev);
     return err;
   }
+  evicted = NULL;
   if (s->hook != NULL) {
     /* Accepted: the hook hears it without the lock, before a lane can
      * start the task. A close that begins meanwhile sweeps it up after
-     * this call leaves (close.c), as it does a late arrival. */
+     * this call leaves (close.c), as it does a late arrival. Counted in
+     * and not filed meanwhile, it is the one a DROP_OLDEST of its full
+     * key evicts if none of the key's is filed (bound.c): the bound
+     * holds while the lock is let go. */
+    uvs__keys_filing(w, t);
     uv_mutex_unlock(&s->lock);
     uvs__hook(s, w, (flags & UVS__T_POST) ? NULL : t, UVS_EV_ACCEPTED, 0);
     uv_mutex_lock(&s->lock);
+    if (uvs__keys_filed(w, t))
+      evicted = t;
   }
   uvs__mark_ready(w, t);
   uvs__store_rel(&t->worker, w);
@@ -157,7 +164,10 @@ static int accept_filed(uvs_worker_t* w,
   t->due = 0;
   publish(t, claimed, flags | UVS__T_QUEUED);
   w->nsched++;
-  uvs__worker_file(w, t);
+  if (evicted != NULL)
+    uvs__evicted(w, t); /* out of the counts already */
+  else
+    uvs__worker_file(w, t);
   uv_mutex_unlock(&s->lock);
   return 0;
 }
