@@ -312,15 +312,15 @@ static void post_owed(uvs_sched_t* s) {
 
 
 void uvs__post_first(uvs_sched_t* s) {
-  /* One post between two settles at most (SPEC 0.5, start latency): the
-   * callback's later ready workers wait for the settle() that follows it
+  /* One such post between two settles at most (SPEC 0.5, start latency):
+   * a callback's later ready workers wait for the settle() that follows it
    * (their rings started the idle handle), or for a drain posted already
    * to take them, so that a callback that schedules many tasks pays one
-   * thread wake. Inside settle() its own dispatch posts; and before the
-   * loop first ran the scheduler (uv_run's first iteration), nothing
-   * starts: its idle handle posts then. */
-  if ((s->flags & (UVS__SF_SETTLING | UVS__SF_POSTED | UVS__SF_RAN)) !=
-      UVS__SF_RAN)
+   * thread wake. A done_cb that settle() delivers, or a loop worker's
+   * task, is such a callback too: settle() posts the rest once it is
+   * done with them. Before the loop first ran the scheduler (uv_run's
+   * first iteration) nothing starts: its idle handle posts then. */
+  if ((s->flags & (UVS__SF_POSTED | UVS__SF_RAN)) != UVS__SF_RAN)
     return;
   uv_mutex_lock(&s->lock);
   dispatch(s, 1);
@@ -425,7 +425,7 @@ static void settle(uvs_sched_t* s, unsigned why) {
   int round;
 
   uvs__publish_now(s);
-  s->flags |= UVS__SF_SETTLING | UVS__SF_RAN;
+  s->flags = (s->flags & ~UVS__SF_POSTED) | UVS__SF_SETTLING | UVS__SF_RAN;
   later = 0;
   owed = __atomic_exchange_n(&s->owed, UVS__BELL_SETTLING, __ATOMIC_ACQ_REL);
   owed = (owed & ~UVS__BELL_SETTLING) | why;
