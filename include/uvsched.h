@@ -289,6 +289,30 @@ UVS_EXTERN int uvs_schedule_barrier(uvs_worker_t* worker, uvs_task_t* task);
  * 1.1 to 1.3 ms: all three 1.3 ms). The mean is sum_ns / count. */
 UVS_EXTERN uint64_t uvs_hist_quantile(const uvs_hist_t* hist, double q);
 
+/* 0.5: long tasks that cooperate.
+ * From inside task's own run_cb: what the scheduler would like, in O(1),
+ * with no lock and no system call but one clock read. 0: go on;
+ * UV_EAGAIN: the turn is spent and other work waits (yield); UV_ECANCELED:
+ * stop (interrupted, or a close with UVS_CANCEL); UV_EINVAL: not called
+ * from inside that task's own running run_cb. */
+UVS_EXTERN int uvs_task_check(uvs_task_t* task);
+/* From inside a one-shot task's own run_cb: when run_cb returns, the task
+ * keeps its place at the head of its worker's queue (of its key's, on a
+ * wide worker) and runs again at the worker's next turn; no done_cb
+ * until a run that does not yield. */
+UVS_EXTERN int uvs_task_yield(uvs_task_t* task);
+/* Any thread: uvs_task_cancel that also reaches a running task, whose
+ * uvs_task_check then answers UV_ECANCELED until its run_cb returns. */
+UVS_EXTERN int uvs_task_interrupt(uvs_task_t* task);
+/* Any thread: the task whose run_cb runs on the calling thread, or NULL
+ * (none, or a post's fn). */
+UVS_EXTERN uvs_task_t* uvs_current_task(void);
+/* Any thread, while the task is not in the library's custody: a run of it
+ * that became ready more than max_wait_ms before it would start is shed
+ * with UV_ETIMEDOUT (as a worker's max_wait_ms sheds); 0 removes it. Kept
+ * for its later schedules. */
+UVS_EXTERN int uvs_task_set_expiry(uvs_task_t* task, uint64_t max_wait_ms);
+
 #ifdef __cplusplus
 }
 #endif

@@ -103,7 +103,8 @@ void uvs__hist_add(uvs_hist_t* h, uint64_t ns);
  * counts (metrics implies counting), being off the first 64 bytes that a
  * plain worker's schedule reads (private.h). */
 static inline void uvs__mark_ready(const uvs_worker_t* w, uvs_task_t* t) {
-  if (w->max_wait_us != 0 || (w->counting && w->hists != NULL))
+  if (w->max_wait_us != 0 || (w->counting && w->hists != NULL) ||
+      uvs__task_expiry_us(t) != 0)
     uvs__task_set_ready_us(t, (uint32_t) (uv_hrtime() / 1000));
 }
 
@@ -121,20 +122,29 @@ void uvs__shed(uvs_sched_t* sched,
                uvs_worker_t* worker,
                uvs_task_t* task,
                struct uvs__chain_s* done);
-/* Has t been ready longer than w's max_wait_ms, at the time a drain would
- * start it? Done-less tasks of the user never are: nothing could tell
- * their owner. Waits are measured in 32 bits of us (uvs__waited_us), which is
- * why a max_wait_ms of 2^31 us or more never sheds. end_ns is the end of the
- * drain's time slice (0: none), which no task starts after: a task that
- * would not be stale even then needs no clock read, so only tasks within
- * a slice of their limit pay for one. */
+/* Has t been ready longer than w's max_wait_ms, or its own expiry (0.5),
+ * whichever is less, at the time a drain would start it? Done-less tasks
+ * of the user never are: nothing could tell their owner; nor is a task
+ * that started already and yielded (0.5). Waits are measured in 32 bits
+ * of us (uvs__waited_us), which is why a bound of 2^31 us or more never
+ * sheds. end_ns is the end of the drain's time slice (0: none), which no
+ * task starts after: a task that would not be stale even then needs no
+ * clock read, so only tasks within a slice of their limit pay for one. */
 static inline int uvs__stale(const uvs_worker_t* w,
                              const uvs_task_t* t,
                              uint64_t end_ns) {
-  if (w->max_wait_us == 0 || w->max_wait_us == UINT32_MAX ||
+  uint32_t limit;
+  uint32_t own;
+
+  limit = w->max_wait_us;
+  own = uvs__task_expiry_us(t);
+  if (own != 0 && (limit == 0 || own < limit))
+    limit = own;
+  if (limit == 0 || limit == UINT32_MAX ||
+      (uvs__load_rlx(&t->state) & UVS__T_YIELDED) ||
       (t->done_cb == NULL && !(uvs__load_rlx(&t->state) & UVS__T_POST)))
     return 0;
-  if (end_ns != 0 && uvs__waited_us(t, end_ns) <= w->max_wait_us)
+  if (end_ns != 0 && uvs__waited_us(t, end_ns) <= limit)
     return 0;
-  return uvs__waited_us(t, uv_hrtime()) > w->max_wait_us;
+  return uvs__waited_us(t, uv_hrtime()) > limit;
 }

@@ -100,7 +100,11 @@ static int lock_custody(uvs_task_t* t,
 }
 
 
-static int cancel(uvs_task_t* t, uvs__hazard_t* hz) {
+/* Cancels t (lock_custody, cancel_locked); with interrupt (0.5) a running
+ * one-shot task is marked instead, so that uvs_task_check() answers
+ * UV_ECANCELED until its run_cb returns (coop.c), and a run that yields
+ * after it is handed back (drain.c). */
+static int cancel(uvs_task_t* t, uvs__hazard_t* hz, int interrupt) {
   uvs_sched_t* s;
   unsigned st;
   int err;
@@ -118,9 +122,15 @@ static int cancel(uvs_task_t* t, uvs__hazard_t* hz) {
   if (err == UV_EBUSY && (st & UVS__T_PERIODIC)) {
     /* Running: the run finishing hands it back instead of re-arming it. */
     if (!(st & UVS__T_CANCELLED)) {
-      uvs__task_update(t, 0, UVS__T_CANCELLED);
+      uvs__task_update(t, 0,
+                       UVS__T_CANCELLED | (interrupt ? UVS__T_INTERRUPTED : 0));
       err = 0;
     }
+  } else if (err == UV_EBUSY && interrupt && !(st & UVS__T_INTERRUPTED)) {
+    /* A one-shot task running: its run_cb is told, and it is handed back
+     * with status 0 when it returns (it ran). */
+    uvs__task_update(t, 0, UVS__T_INTERRUPTED);
+    err = 0;
   }
   uv_mutex_unlock(&s->lock);
   return err;
@@ -174,7 +184,7 @@ static int reschedule(uvs_task_t* t, uvs__hazard_t* hz, uint64_t delay) {
 }
 
 
-int uvs_task_cancel(uvs_task_t* t) {
+static int cancel_call(uvs_task_t* t, int interrupt) {
   uvs__hazard_t* hz;
   unsigned st;
   int err;
@@ -190,9 +200,19 @@ int uvs_task_cancel(uvs_task_t* t) {
   hz = uvs__hazard_enter();
   if (hz == NULL)
     return UV_ENOMEM;
-  err = cancel(t, hz);
+  err = cancel(t, hz, interrupt);
   uvs__hazard_leave(hz);
   return err;
+}
+
+
+int uvs_task_cancel(uvs_task_t* t) {
+  return cancel_call(t, 0);
+}
+
+
+int uvs_task_interrupt(uvs_task_t* t) {
+  return cancel_call(t, 1);
 }
 
 

@@ -31,50 +31,60 @@ typedef struct {
 } counts_t;
 
 
-/* Runs one task a drain took from its batch. No lock held. */
-static inline __attribute__((always_inline)) void run_one(uvs_sched_t* s,
-                                                          uvs_worker_t* w,
-                                                          counts_t c,
-                                                          uvs_task_t* t,
-                                                          uvs__queue_t* posts,
-                                                          uvs__chain_t* done) {
+/* Runs one task a drain took from its batch. No lock held. Returns 1 if
+ * its run_cb yielded (0.5, coop.c): then it is neither counted as run
+ * nor handed back, and the caller queues it again (requeue). */
+static inline __attribute__((always_inline)) int run_one(uvs_sched_t* s,
+                                                         uvs_worker_t* w,
+                                                         counts_t c,
+                                                         uvs_task_t* t,
+                                                         uvs__queue_t* posts,
+                                                         uvs__chain_t* done) {
   unsigned st;
   int rescheduled;
 
   st = uvs__load_acq(&t->state);
+  uvs__tls.rescheduled = 0;
+  uvs__tls.yielded = 0;
+  uvs__tls.flags = st;
   if (t->done_cb == NULL) {
     /* Custody ends as run_cb is entered: never touch the task again (a
-     * post node is ours: it is recycled after the run). It is counted as
-     * ended once the run is over, so that while it runs it is pending and
-     * running, as a task with a done_cb is, and the worker's derived
-     * queued count (uvs_worker_metrics) doesn't take it off twice. */
+     * post node is ours: it is recycled after the run), unless it yields,
+     * which takes it back (coop.c). It is counted as ended once the run
+     * is over, so that while it runs it is pending and running, as a task
+     * with a done_cb is, and the worker's derived queued count
+     * (uvs_worker_metrics) doesn't take it off twice. */
     uvs__bump(c.ran);
     /* Reported while the task is still the library's. */
     uvs__hook(s, w, (st & UVS__T_POST) ? NULL : t, UVS_EV_STARTED, 0);
     if (!(st & UVS__T_POST))
       uvs__store_rel(&t->state, UVS__T_FINISHED);
-    uvs__tls.current = t;
-    uvs__tls.rescheduled = 0;
+    uvs__tls.current = (st & UVS__T_POST) ? NULL : t;
     t->run_cb(t);
     uvs__tls.current = NULL;
     uvs__hook(s, w, NULL, UVS_EV_ENDED, 0); /* run_cb may have freed it */
+    if (uvs__tls.yielded) {
+      uvs__store_rlx(c.ran, uvs__load_rlx(c.ran) - 1); /* it runs on */
+      return 1;
+    }
     uvs__bump(c.ended);
     if (st & UVS__T_POST)
       uvs__queue_push(posts, &t->node);
-    return;
+    return 0;
   }
 
   if (st & UVS__T_PERIODIC)
     uvs__coalesce(t);
   uvs__hook(s, w, t, UVS_EV_STARTED, 0);
   uvs__tls.current = t;
-  uvs__tls.rescheduled = 0;
   t->run_cb(t);
   rescheduled = uvs__tls.rescheduled;
   uvs__tls.current = NULL;
   /* Before the run ends (uvs__end_run): a hand-back the run defers comes
    * after this. */
   uvs__hook(s, w, t, UVS_EV_ENDED, 0);
+  if (uvs__tls.yielded)
+    return 1;
   uvs__bump(c.ran);
 
   if (rescheduled) {
@@ -89,6 +99,7 @@ static inline __attribute__((always_inline)) void run_one(uvs_sched_t* s,
     uvs__bump(c.ended);
     uvs__chain_add(done, t);
   }
+  return 0;
 }
 
 
@@ -117,13 +128,14 @@ static int linger(uvs_sched_t* s, uvs_worker_t* w) {
 /* run_one() for a worker that counts its queued tasks (bounded, or with
  * metrics): one out of the queue, room for a producer, and with metrics
  * the wait since it became ready and the run's length. */
-static void run_counted(uvs_sched_t* s,
-                        uvs_worker_t* w,
-                        counts_t c,
-                        uvs_task_t* t,
-                        uvs__queue_t* posts,
-                        uvs__chain_t* done) {
+static int run_counted(uvs_sched_t* s,
+                       uvs_worker_t* w,
+                       counts_t c,
+                       uvs_task_t* t,
+                       uvs__queue_t* posts,
+                       uvs__chain_t* done) {
   uint64_t start;
+  int yielded;
 
   /* seq_cst, against a producer that marks the worker full (bound.c). */
   if (w->keys == NULL)
@@ -135,14 +147,15 @@ static void run_counted(uvs_sched_t* s,
     uvs__space_check(w, 0);
   __atomic_fetch_add(&w->running, 1, __ATOMIC_RELAXED);
   if (w->hists == NULL) {
-    run_one(s, w, c, t, posts, done);
+    yielded = run_one(s, w, c, t, posts, done);
   } else {
     start = uv_hrtime();
     uvs__hist_add(&w->hists->wait, (uint64_t) uvs__waited_us(t, start) * 1000);
-    run_one(s, w, c, t, posts, done);
+    yielded = run_one(s, w, c, t, posts, done);
     uvs__hist_add(&w->hists->run, uv_hrtime() - start);
   }
   __atomic_fetch_sub(&w->running, 1, __ATOMIC_RELAXED);
+  return yielded;
 }
 
 
@@ -237,10 +250,11 @@ typedef struct {
   unsigned budget;
   unsigned batch_max;
   unsigned ran;
-  uint64_t ran0; /* runs counted before the batch (a pool worker's) */
-  uint64_t ns;   /* the batch's length (a pool worker's) */
-  int check;     /* a task ran: the slice is looked at from now on */
-  int over;      /* the slice has passed */
+  uint64_t ran0;       /* runs counted before the batch (a pool worker's) */
+  uint64_t ns;         /* the batch's length (a pool worker's) */
+  int check;           /* a task ran: the slice is looked at from now on */
+  int over;            /* the slice has passed */
+  uvs_task_t* yielded; /* 0.5: the task whose run yielded, to queue again */
 } turn_t;
 
 
@@ -271,9 +285,37 @@ static void turn_init(turn_t* tn,
   tn->ran = 0;
   tn->check = 0;
   tn->over = 0;
+  tn->yielded = NULL;
   tn->done.newest = NULL;
   tn->done.oldest = NULL;
   uvs__queue_init(&tn->posts);
+}
+
+
+/* A run that yielded (0.5, coop.c): the task keeps its place at the head
+ * of its worker's queue, or of its key's on a wide worker, for the
+ * worker's next turn; counted as queued again, never shed (it has
+ * started). If uvs_task_interrupt reached it, or a close with UVS_CANCEL
+ * began, it is handed back with UV_ECANCELED instead. Lock held, after
+ * the batch's unstarted tasks went back (put_back), so that it goes ahead
+ * of them. */
+static void requeue(turn_t* tn, uvs_task_t* t) {
+  uvs_worker_t* w;
+
+  w = tn->w;
+  tn->yielded = NULL;
+  if ((uvs__load_rlx(&t->state) & UVS__T_INTERRUPTED) || uvs__cancelling(w)) {
+    uvs__drop(tn->s, t, UV_ECANCELED);
+    return;
+  }
+  uvs__task_update(t, 0, UVS__T_YIELDED);
+  if (w->counting)
+    uvs__add_sc(&w->q_in, 1);
+  uvs__mark_ready(w, t);
+  if (tn->lane == NULL)
+    uvs__queue_unshift(&w->fifo, &t->node);
+  else
+    uvs__keys_requeue(w, t);
 }
 
 
@@ -325,10 +367,17 @@ static unsigned run_batch(turn_t* tn, uvs_task_t** slots, unsigned n) {
       uv_mutex_unlock(&s->lock);
       continue;
     }
-    if (w->counting)
-      run_counted(s, w, tn->c, t, &tn->posts, &tn->done);
-    else
-      run_one(s, w, tn->c, t, &tn->posts, &tn->done);
+    /* What uvs_task_check() asks of this turn (coop.c). */
+    uvs__tls.end_ns = tn->sl->end_ns;
+    uvs__tls.spent = tn->ran + i + 1 >= tn->budget;
+    if (w->counting ? run_counted(s, w, tn->c, t, &tn->posts, &tn->done)
+                    : run_one(s, w, tn->c, t, &tn->posts, &tn->done)) {
+      /* It keeps its place, and the turn ends there (0.5). */
+      tn->yielded = t;
+      tn->over = 1;
+      i++;
+      break;
+    }
     tn->check = tn->sl->end_ns != 0;
   }
   /* The batch's hand-backs in one go, in the order the tasks ran, before
@@ -393,6 +442,7 @@ static unsigned turn(uvs_worker_t* w,
   s = tn.s;
   slots = batch_slots;
   uvs__tls.draining = 1;
+  uvs__tls.worker = w;
   if (!held)
     uv_mutex_lock(&s->lock);
   for (;;) {
@@ -422,6 +472,8 @@ static unsigned turn(uvs_worker_t* w,
       uvs__group_ran(w, (unsigned) (uvs__load_rlx(tn.c.ran) - tn.ran0), tn.ns);
     if (i < n)
       put_back(w, slots, i, n);
+    if (tn.yielded != NULL)
+      requeue(&tn, tn.yielded);
     /* The key's next task joins the tail of kready, unless the batch's
      * head went back unstarted. */
     if (lane != NULL && i > 0 && uvs__keys_batch_done(w, lane) &&

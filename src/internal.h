@@ -332,11 +332,21 @@ void uvs__post_first(uvs_sched_t* sched);
 /* ---- task.c ------------------------------------------------------------ */
 /* For uvs_post: schedules a library-owned node onto an open worker. */
 int uvs__schedule_node(uvs_worker_t* worker, uvs_task_t* task);
-/* The task now running on this thread, and whether its run_cb scheduled it
- * again (then the run hands nothing back). */
+/* The task now running on this thread (NULL for a post's fn), and
+ * whether its run_cb scheduled it again (then the run hands nothing back)
+ * or yielded (0.5: then it is queued again, coop.c and drain.c). What
+ * uvs_task_check() asks (coop.c) is set by the drain around each run:
+ * the worker, the state seen as the run began, the end of the turn's
+ * slice (0 with a budget), and with a budget whether the turn starts no
+ * more tasks. */
 struct uvs__tls_s {
   uvs_task_t* current;
   int rescheduled;
+  int yielded;
+  uvs_worker_t* worker;
+  unsigned flags; /* the task's state as its run began */
+  int spent;
+  uint64_t end_ns;
   int draining; /* this thread runs a drain or a loop turn */
   int pool;     /* this thread ran a runner or lane: a libuv pool thread */
   /* The worker whose close callback runs on this thread, and the

@@ -281,6 +281,22 @@ void uvs__keys_unpick(uvs_worker_t* w, uvs_task_t* t) {
 }
 
 
+void uvs__keys_requeue(uvs_worker_t* w, uvs_task_t* t) {
+  uvs__kent_t* e;
+
+  if (uvs__task_key(t) == 0) {
+    ready_push(w, t);
+    return;
+  }
+  /* Its key is its lane's, held until the batch ends: then release()
+   * makes it the key's next, at kready's tail. Queued: counted again. */
+  e = uvs__kt_lookup(w->keys, t->key);
+  if (w->key_max != 0)
+    __atomic_fetch_add(&e->queued, 1, __ATOMIC_SEQ_CST);
+  uvs__queue_unshift(&e->q, &t->node);
+}
+
+
 uvs_task_t* uvs__keys_next_of(uvs__kent_t* e) {
   uvs__queue_t* q;
 

@@ -38,7 +38,7 @@ static int claim(uvs_task_t* t, unsigned* claimed, unsigned* prev) {
   int own;
   int err;
 
-  own = uvs__tls.current == t && !uvs__tls.rescheduled;
+  own = uvs__tls.current == t && !uvs__tls.rescheduled && !uvs__tls.yielded;
   /* A running task sits in its worker's batch, where a cancel holding that
    * worker's scheduler lock may be reading its links; the claim that
    * rewrites them takes the same lock. Only its own run_cb can claim a
@@ -160,7 +160,7 @@ static int accept_filed(uvs_worker_t* w,
   }
   uvs__mark_ready(w, t);
   uvs__store_rel(&t->worker, w);
-  t->period = 0;
+  uvs__task_set_period(t, 0);
   t->due = 0;
   publish(t, claimed, flags | UVS__T_QUEUED);
   w->nsched++;
@@ -222,7 +222,7 @@ static int accept_now(uvs_worker_t* w,
    * that sees this worker sees the claim, and one that sees the state sees
    * every field (cancel()). */
   uvs__store_rel(&t->worker, w);
-  t->period = 0;
+  uvs__task_set_period(t, 0);
   t->due = 0;
   uvs__task_set_unlinked(t); /* on its way to the inbox */
   publish(t, claimed, flags | UVS__T_QUEUED);
@@ -260,7 +260,7 @@ static int accept_later(uvs_worker_t* w,
     return UV_ESHUTDOWN;
   }
   uvs__store_rel(&t->worker, w);
-  t->period = period_ms;
+  uvs__task_set_period(t, period_ms);
   if (s->hook != NULL) {
     /* Accepted: the hook hears it without the lock, before the task can
      * fall due. A close that began meanwhile has cancelled the worker's
@@ -394,6 +394,19 @@ int uvs_schedule_wait(uvs_worker_t* w, uvs_task_t* t, uint64_t timeout_ms) {
     uvs__add_sc(&w->nrejected, 1);
   uvs__worker_unpin(w, pinned);
   return err;
+}
+
+
+int uvs_task_set_expiry(uvs_task_t* t, uint64_t max_wait_ms) {
+  unsigned st;
+
+  if (t == NULL || max_wait_ms > UVS__MAX_MS)
+    return UV_EINVAL;
+  st = uvs__load_acq(&t->state) & UVS__T_MASK;
+  if (st != UVS__T_IDLE && st != UVS__T_FINISHED)
+    return UV_EBUSY;
+  uvs__task_set_expiry_ms(t, max_wait_ms);
+  return 0;
 }
 
 

@@ -12,12 +12,16 @@ enum {
   UVS__T_HANDBACK = 4, /* on the hand-back stack, done_cb not yet called */
   UVS__T_FINISHED = 5, /* handed back; the user's again */
   UVS__T_MASK = 0xf,
-  UVS__T_PERIODIC = 0x10,  /* scheduled with uvs_schedule_every */
-  UVS__T_CANCELLED = 0x20, /* a periodic task was cancelled while running */
-  UVS__T_POST = 0x40,      /* library-owned node of uvs_post */
-  UVS__T_DEFERRED = 0x80,  /* handed back while a run_cb of it executes */
-  UVS__T_BARRIER = 0x100,  /* a barrier on a wide worker (keys.c) */
-  UVS__T_UNCOUNTED = 0x200 /* queued past its key's count (uvs__due) */
+  UVS__T_PERIODIC = 0x10,   /* scheduled with uvs_schedule_every */
+  UVS__T_CANCELLED = 0x20,  /* a periodic task was cancelled while running */
+  UVS__T_POST = 0x40,       /* library-owned node of uvs_post */
+  UVS__T_DEFERRED = 0x80,   /* handed back while a run_cb of it executes */
+  UVS__T_BARRIER = 0x100,   /* a barrier on a wide worker (keys.c) */
+  UVS__T_UNCOUNTED = 0x200, /* queued past its key's count (uvs__due) */
+  /* 0.5: uvs_task_interrupt reached its run_cb (cancel.c) */
+  UVS__T_INTERRUPTED = 0x400,
+  UVS__T_YIELDED = 0x800 /* 0.5: queued again by a run that yielded: it has
+                          * started, and is never shed (drain.c) */
 };
 /* The high half counts run_cbs of the task still executing after the task
  * was scheduled again from inside one of them (a one-shot may do that, and
@@ -41,12 +45,43 @@ static inline unsigned uvs__task_update(uvs_task_t* t,
   return n;
 }
 
+/* task->period holds two things: the period in ms, at most 2^40, in its
+ * low 41 bits, and above them the task's own expiry (0.5,
+ * uvs_task_set_expiry) in ms, which outlives its schedules: there is no
+ * other room in a 96-byte task. Waits are measured in 32 bits of us
+ * (uvs__waited_us), so an expiry of 2^31 us or more never sheds, as a
+ * worker's max_wait_ms of that much never does; it is kept as "never". */
+#define UVS__PERIOD_MASK ((UINT64_C(1) << 41) - 1)
+#define UVS__EXPIRY_NEVER_MS UINT64_C(2147484) /* 2^31 us, rounded up */
+static inline uint64_t uvs__task_period(const uvs_task_t* t) {
+  return t->period & UVS__PERIOD_MASK;
+}
+static inline void uvs__task_set_period(uvs_task_t* t, uint64_t period) {
+  t->period = (t->period & ~UVS__PERIOD_MASK) | period;
+}
+static inline void uvs__task_set_expiry_ms(uvs_task_t* t, uint64_t ms) {
+  if (ms > UVS__EXPIRY_NEVER_MS)
+    ms = UVS__EXPIRY_NEVER_MS;
+  t->period = (ms << 41) | uvs__task_period(t);
+}
+/* The task's expiry in us, as a worker's max_wait_us: 0 for none,
+ * UINT32_MAX for one that never sheds. */
+static inline uint32_t uvs__task_expiry_us(const uvs_task_t* t) {
+  uint64_t ms;
+
+  ms = t->period >> 41;
+  return ms >= UVS__EXPIRY_NEVER_MS ? UINT32_MAX : (uint32_t) (ms * 1000);
+}
+
 /* The latest point of a periodic task's grid at or before now, or its due
  * time if now is before it. */
 static inline uint64_t uvs__grid_latest(const uvs_task_t* t, uint64_t now) {
+  uint64_t period;
+
   if (now <= t->due)
     return t->due;
-  return t->due + (now - t->due) / t->period * t->period;
+  period = uvs__task_period(t);
+  return t->due + (now - t->due) / period * period;
 }
 
 /* A batch slot holds a task until the drain takes it (TAKEN) or a cancel

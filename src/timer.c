@@ -194,7 +194,7 @@ static void timer_needed(uvs_sched_t* s, uint64_t due) {
 
 
 void uvs__delay(uvs_worker_t* w, uvs_task_t* t) {
-  if (t->period != 0)
+  if (uvs__task_period(t) != 0)
     uvs__task_set_due_frac(t, 0); /* its grid is on whole ms */
   uvs__timers_insert(w->sched->timers, t);
   uvs__queue_push(&w->delayed, &t->node);
@@ -220,7 +220,7 @@ void uvs__undelay(uvs_worker_t* w, uvs_task_t* t) {
 
 
 void uvs__skip_grid_point(uvs_worker_t* w, uvs_task_t* t) {
-  t->due = uvs__grid_latest(t, uvs__clock_ms(w->sched)) + t->period;
+  t->due = uvs__grid_latest(t, uvs__clock_ms(w->sched)) + uvs__task_period(t);
   uvs__task_update(t, UVS__T_MASK, UVS__T_DELAYED);
   uvs__delay(w, t);
 }
@@ -242,7 +242,7 @@ void uvs__set_due(uvs_sched_t* s,
   uvs__task_set_due_frac(t, 0);
   if (s->manual_clock) {
     t->due = uvs__clock_ms(s) + delay;
-  } else if (t->period != 0) {
+  } else if (uvs__task_period(t) != 0) {
     t->due = (t_call + 999999) / 1000000 + delay;
   } else {
     us = (t_call + 999) / 1000 + delay * 1000;
@@ -392,7 +392,7 @@ void uvs__finish_periodic(uvs_sched_t* s, uvs_worker_t* w, uvs_task_t* t) {
   /* Fixed rate: the next grid point, or, if the run overran it, the latest
    * grid point passed, which stands for all those missed meanwhile. */
   now = uvs__clock_ms(s);
-  next = t->due + t->period;
+  next = t->due + uvs__task_period(t);
   if (next <= now)
     next = uvs__grid_latest(t, now);
   t->due = next;
