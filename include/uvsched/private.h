@@ -88,9 +88,9 @@ struct uvs__queue_s {
   struct uvs__queue_s ready_node;                                             \
   uvs_task_t** batch; /* the running drain's slots, or NULL */                \
   unsigned batch_len;                                                         \
-  unsigned phase;        /* idle, ready or posted */                          \
-  unsigned group;        /* its index in sched->groups (0.4) */               \
-  uint64_t nsched;       /* accepted: delayed, or moved out of the inbox */   \
+  unsigned phase;  /* idle, ready or posted */                                \
+  unsigned group;  /* its index in sched->groups (0.4) */                     \
+  uint64_t nsched; /* accepted: delayed, or moved out of the inbox */         \
   uint64_t nended;                                                            \
   /* Written by the one drain running (relaxed atomics). */                   \
   uint64_t nran;                                                              \
@@ -175,9 +175,9 @@ struct uvs__queue_s {
    * with uv_queue_work once it is let go (newest first). */                  \
   struct uvs__runner_s* runner_owed;                                          \
   struct uvs__lane_s* lane_owed;                                              \
-  uint64_t hold_ns;      /* hold_us in ns (0.5) */                            \
-  uv_idle_cb on_idle;    /* loop.c's idle callback, for uvs__ring() */        \
-  unsigned cap; /* most drains at once: max_concurrency or the pool */        \
+  uint64_t hold_ns;   /* hold_us in ns (0.5) */                               \
+  uv_idle_cb on_idle; /* loop.c's idle callback, for uvs__ring() */           \
+  unsigned cap;       /* most drains at once: max_concurrency or the pool */  \
   int manual_clock;                                                           \
   uint64_t manual_now; /* atomic: ms, with manual_clock */
 
