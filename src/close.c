@@ -89,7 +89,8 @@ static void close_locked(uvs_worker_t* w,
   uvs__queue_push(&s->closing, &w->list_node);
   /* Blocked producers answer UV_ESHUTDOWN; no space_cb, nor key_space_cb,
    * once closing. */
-  uvs__wake_all(w);
+  if (w->nwaiters != 0)
+    uvs__wake_all(w);
   uvs__queue_remove(&w->space_node);
   w->space_owed = 0;
   while (w->keys != NULL && uvs__keys_owed_take(w, &key))

@@ -253,18 +253,13 @@ void uvs__worker_leave(uvs_worker_t* w) {
 }
 
 
-int uvs__worker_pin(uvs_worker_t* w, int* pinned) {
+int uvs__worker_pin_slot(uvs_worker_t* w, int* pinned) {
   int err;
 
-  /* On the loop thread a close can't complete under the caller (that
-   * happens on the loop thread too); elsewhere the thread's hazard slot
-   * holds it off. Either way a closed worker answers before its
-   * scheduler, which may be gone, is touched. shut_door() in close.c is
-   * the other half. */
-  if (uvs__is_thread(&w->thread)) {
-    *pinned = UVS__PIN_NONE;
-    return uvs__load_acq(&w->closed) ? UV_ESHUTDOWN : 0;
-  }
+  /* The thread's hazard slot holds the close off (uvs__worker_pin() in
+   * hazard.h is the loop thread's way). A closed worker answers before
+   * its scheduler, which may be gone, is touched. shut_door() in close.c
+   * is the other half. */
   err = uvs__hazard_pin(w);
   if (err != 0)
     return err;
@@ -274,11 +269,4 @@ int uvs__worker_pin(uvs_worker_t* w, int* pinned) {
     return UV_ESHUTDOWN;
   }
   return 0;
-}
-
-
-void uvs__worker_unpin(uvs_worker_t* w, int pinned) {
-  (void) w;
-  if (pinned == UVS__PIN_SLOT)
-    uvs__hazard_unpin();
 }

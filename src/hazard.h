@@ -34,7 +34,21 @@ void uvs__worker_leave(uvs_worker_t* worker);
 /* Pins the worker in the caller's hazard slot if the caller is not on its
  * loop's thread (*pinned says whether; unpin with uvs__worker_unpin).
  * Returns UV_ESHUTDOWN if it is closed, UV_ENOMEM if the thread needed a
- * slot and none could be allocated. Never reads the scheduler. */
+ * slot and none could be allocated. Never reads the scheduler. On the
+ * loop thread a close can't complete under the caller (that happens on
+ * the loop thread too): that case, every schedule of a server's I/O
+ * callback, costs no call. */
 enum { UVS__PIN_NONE = 0, UVS__PIN_SLOT = 1 };
-int uvs__worker_pin(uvs_worker_t* worker, int* pinned);
-void uvs__worker_unpin(uvs_worker_t* worker, int pinned);
+int uvs__worker_pin_slot(uvs_worker_t* worker, int* pinned);
+static inline int uvs__worker_pin(uvs_worker_t* w, int* pinned) {
+  if (uvs__is_thread(&w->thread)) {
+    *pinned = UVS__PIN_NONE;
+    return uvs__load_acq(&w->closed) ? UV_ESHUTDOWN : 0;
+  }
+  return uvs__worker_pin_slot(w, pinned);
+}
+static inline void uvs__worker_unpin(uvs_worker_t* w, int pinned) {
+  (void) w;
+  if (pinned == UVS__PIN_SLOT)
+    uvs__hazard_unpin();
+}
