@@ -96,7 +96,7 @@
  *                                  uvs__ready_list() in src/ready.c:
  *                                  listed on wide_ready once, or, if
  *                                  suspended (uvs__suspended() in
- *                                  src/worker.h), parked, still SCHEDULED
+ *                                  src/state.h), parked, still SCHEDULED
  *   Loop: serve a listed worker    dispatch() in src/loop.c, while
  *                                  uvs__room() has room, calling
  *                                  serve_wide() in src/loop.c: off the

@@ -73,7 +73,7 @@
  *   make_ready()                   uvs__ready_list() in src/ready.c:
  *                                  phase = READY, listed once; if
  *                                  suspended (uvs__suspended() in
- *                                  src/worker.h) phase = PARKED instead,
+ *                                  src/state.h) phase = PARKED instead,
  *                                  state left SCHEDULED, sched->parked++
  *   proctype Drain (one per `go`)  turn() in src/drain.c: stops if
  *                                  suspended, else batches under the lock

@@ -7,13 +7,6 @@
 static inline int uvs__counting(const uvs_worker_t* w) {
   return w->counting;
 }
-/* Blocked producers are woken together once queued falls to this, rather
- * than one per started task (SPEC 0.4: a blocked call may go on waiting
- * while queued is above max - max(1, max / 8)); for a key, with
- * key_max_pending. */
-static inline uint64_t uvs__refill_mark(uint64_t max) {
-  return max - (max / 8 > 1 ? max / 8 : 1);
-}
 /* A producer blocked in uvs_schedule_wait(), on w->waiters (lock). It
  * sleeps on the scheduler's one condition variable, room, so that waking
  * every waiter of a worker is one broadcast; a waiter of another worker

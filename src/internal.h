@@ -68,11 +68,10 @@ typedef struct uvs__group_s {
   uint64_t run_ns;  /* atomic */
 } uvs__group_t;
 
-#include "task.h"   /* a task's state word and overlaid fields */
-#include "worker.h" /* a worker's state, phase and flags */
-#include "bell.h"   /* the doorbell: uvs__ring(), which calls only libuv */
-#include "hook.h"   /* the one branch that reports to a hook */
-#include "slice.h"  /* time slices */
+#include "state.h" /* the state words of tasks and workers */
+#include "bell.h"  /* the doorbell: uvs__ring(), which calls only libuv */
+#include "hook.h"  /* the one branch that reports to a hook */
+#include "slice.h" /* time slices */
 
 /* The files are layered: each calls only files on lines below its own,
  * with no exception: a file that needs the loop rings its doorbell

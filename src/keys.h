@@ -3,13 +3,6 @@
  * Included by internal.h only, at its place in the layer order. */
 
 /* ---- keys.c: width > 1 and keys --------------------------------------- */
-/* The key a wide worker files t under: a barrier (0.4) belongs to none,
- * and its own key field stays as the user set it. */
-static inline uint64_t uvs__task_key(const uvs_task_t* t) {
-  return (__atomic_load_n(&t->state, __ATOMIC_RELAXED) & UVS__T_BARRIER)
-             ? 0
-             : t->key;
-}
 typedef struct uvs__keys_s uvs__keys_t;
 typedef struct uvs__kent_s uvs__kent_t;
 /* One of a wide worker's drains. */

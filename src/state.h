@@ -1,6 +1,7 @@
-/* A task's state word and its overlaid fields: how every file reads and
- * writes what a task is doing. Included by internal.h only. Calls
- * nothing. */
+/* The state words of tasks and workers, and the questions every file
+ * asks of them: a task's state and overlaid fields, its key, a worker's
+ * state, phase and flags, a bound's refill mark. Included by internal.h
+ * only. Calls nothing. */
 
 /* task->state: written with CAS or release stores; read without the lock by
  * the schedule calls and uvs_task_cancel. */
@@ -151,4 +152,78 @@ static inline void uvs__task_set_result(uvs_task_t* t, int status) {
 }
 static inline int uvs__task_result(const uvs_task_t* t) {
   return t->status;
+}
+
+/* The key a wide worker files t under: a barrier (0.4) belongs to none,
+ * and its own key field stays as the user set it. */
+static inline uint64_t uvs__task_key(const uvs_task_t* t) {
+  return (__atomic_load_n(&t->state, __ATOMIC_RELAXED) & UVS__T_BARRIER)
+             ? 0
+             : t->key;
+}
+
+/* worker->state (atomic): only the call that moves it from IDLE to
+ * SCHEDULED makes the worker ready (uvs__worker_ready() in worker.c);
+ * only the end of a turn moves it back. */
+enum { UVS__WS_IDLE = 0, UVS__WS_SCHEDULED = 1 };
+
+/* worker->phase (under the lock) */
+enum {
+  UVS__P_IDLE = 0,   /* not on a ready list, no drain */
+  UVS__P_READY = 1,  /* on its group's ready list, or sched->loop_ready */
+  UVS__P_POSTED = 2, /* a pool drain is posted or running, or a loop turn */
+  UVS__P_PARKED = 3  /* suspended with work: listed when resumed */
+};
+
+/* worker->flags (stores under the lock, loads anywhere) */
+enum {
+  UVS__WF_CLOSING = 1,
+  UVS__WF_DRAIN = 2,     /* closing with UVS_DRAIN */
+  UVS__WF_BY_SCHED = 4,  /* only its scheduler's close is closing it */
+  UVS__WF_CB_OWED = 8,   /* asked for after it closed: call close_cb */
+  UVS__WF_SUSPENDED = 16 /* its suspend count is above 0 (close.c) */
+};
+
+/* worker->closed (atomic): schedules answer UV_ESHUTDOWN from OPEN on. */
+enum {
+  UVS__C_OPEN = 0,
+  UVS__C_CLOSED = 1, /* its close completed */
+  UVS__C_FINAL = 2   /* and its scheduler's close completed too */
+};
+
+static inline uvs__group_t* uvs__group_of(const uvs_worker_t* w) {
+  return &w->sched->groups[w->group];
+}
+
+/* Schedules and posts onto w answer UV_ESHUTDOWN: it or its scheduler is
+ * closing. Any thread, no lock needed. */
+static inline int uvs__shut(uvs_sched_t* s, uvs_worker_t* w) {
+  return (uvs__load_acq(&w->flags) & UVS__WF_CLOSING) ||
+         uvs__load_acq(&s->state) != UVS__SS_OPEN;
+}
+
+/* Is w closing with UVS_CANCEL? A drain asks after it took a task from its
+ * slot and before it runs it. The close stores the flag before it sweeps
+ * the slots, and a drain that found a tombstone the sweep left has seen
+ * that store, so the tasks that run are a prefix of the batch: a close
+ * never leaves a hole that a later task runs behind. */
+static inline int uvs__cancelling(uvs_worker_t* w) {
+  return (uvs__load_acq(&w->flags) & (UVS__WF_CLOSING | UVS__WF_DRAIN)) ==
+         UVS__WF_CLOSING;
+}
+
+/* Does a suspension keep w's tasks from starting? Not once it closes. */
+static inline int uvs__suspended(uvs_worker_t* w) {
+  return __builtin_expect(
+      (uvs__load_acq(&w->flags) & (UVS__WF_SUSPENDED | UVS__WF_CLOSING)) ==
+          UVS__WF_SUSPENDED,
+      0);
+}
+
+/* Blocked producers are woken together once queued falls to this, rather
+ * than one per started task (SPEC 0.4: a blocked call may go on waiting
+ * while queued is above max - max(1, max / 8)); for a key, with
+ * key_max_pending. */
+static inline uint64_t uvs__refill_mark(uint64_t max) {
+  return max - (max / 8 > 1 ? max / 8 : 1);
 }
