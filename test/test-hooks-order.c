@@ -11,7 +11,10 @@
  * schedule makes it ready), or one whose drain or loop turn is running a
  * gate task that the ACCEPTED hook opens, so that the same turn goes on to
  * the watched task the moment it can see it. The STARTED hook checks the
- * order every time. */
+ * order every time.
+ *
+ * SPEC asks hooks not to block; this one waits on purpose, on the foreign
+ * thread that makes the schedule call, which delays that call alone. */
 
 #include "helpers.h"
 

@@ -609,8 +609,8 @@ static int ho_wait_round(int r) {
 
   uv_mutex_lock(&ho_mutex);
   ho_wait_for(&ho_done, 2 * HO_W * r, "the hand-backs of round", r,
-              ": a worker made ready twice from idle was lost from the "
-              "ready list");
+              ": tasks or hand-backs were lost (a worker made ready twice "
+              "from idle breaks the ready list)");
   last = ho_last;
   uv_mutex_unlock(&ho_mutex);
   return last;
