@@ -30,7 +30,7 @@
 #define BZ_WATCH_MS 20
 #define BZ_TRIPS 1000 /* the foreign thread's tasks, at most */
 #define BZ_TRIPS_MS 1000
-#define BZ_WITHIN_MS 2000
+#define BZ_WITHIN_MS 5000
 
 static uv_loop_t loop;
 static uvs_sched_t sched;
