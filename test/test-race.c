@@ -4,8 +4,12 @@
 
 #include "task.h"
 
-#include <sched.h>
 #include <stdatomic.h>
+
+#ifdef __linux__
+#include <pthread.h>
+#include <sched.h>
+#endif
 
 #define NPROD 3
 #define PER 3000
@@ -454,79 +458,144 @@ TEST_IMPL(race_cancel_vs_worker_free) {
 
 
 /* The contested idle-to-busy hand-off: two producers, released together by
- * a spin barrier, each schedule one task onto a serial pool worker that
- * has just gone idle (both tasks of the round before were handed back).
- * Only one of them may make the worker ready (src/worker.c); if both did,
- * it would get two drains at once. Guarantee 2: no two run_cbs of the
- * worker overlap. A watchdog turns a hang (a ready list the double hand-off
- * broke, say) into a failure. Issue 24.
+ * a barrier, each schedule one task onto a serial pool worker that has
+ * gone idle (its tasks of the round before were handed back). Only one of
+ * them may make the worker ready; if both did, it would be listed twice
+ * and get two drains at once. Issues 24 and 43.
  *
- * The two producers must run at the same instant on two cores: with
- * another process on one of them, few rounds meet (a store for the
- * compare-and-swap was caught in 1 of 3 runs of the unit suite with 3000
- * rounds). So test/meson.build runs this test alone (is_parallel: false),
- * and it counts the rounds in which the two schedule calls began within
- * HO_MET_NS of each other: it goes on until HO_MET rounds have met, or
- * HO_MAX_ROUNDS rounds or HO_MAX_MS have passed: about 3 s on an idle
- * machine (two rounds in three meet), more on a busy one. */
-#define HO_MET 12000
+ * A contest is won or lost in a few tens of ns, and the two producers must
+ * run at that instant on two cores. So each round contests HO_W workers,
+ * the producers lined up anew before each (a microsecond or two), and
+ * while they do, the loop thread waits in the done_cb that ended the round
+ * before: no drain is posted, and nothing of this test but the two
+ * producers wants a core. They are pinned to two cores (ho_pin), and
+ * test/meson.build runs the test alone (is_parallel: false).
+ *
+ * What the double hand-off does fails the test with a message that names
+ * it, not by its timeout: two run_cbs of one worker at once (guarantee 2);
+ * more pool workers counted ready than there are (uvs_group_stats, looked
+ * at while the test waits); or a round not handed back within
+ * HO_STALL_MS, because a ready list broken by the double listing lost a
+ * worker. With a plain store for the compare-and-swap, the first round
+ * fails, every run. The test ends after HO_MAX_ROUNDS
+ * rounds, or after the round in which HO_MAX_MS passed: with HO_STALL_MS,
+ * well inside a third of its meson timeout however loaded the machine.
+ * It prints how many contests met (the two calls began within HO_MET_NS of
+ * each other). */
+#define HO_W 32
+#define HO_MAX_ROUNDS 3000
 #define HO_MET_NS 1000
-#define HO_MAX_ROUNDS 100000
-/* Under sanitizers few rounds meet that closely, and the time cap ends
- * the test: a shorter one there. */
+#define HO_STALL_MS 3000
+#define HO_RUN_US 2
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define HO_MAX_MS 5000
+#define HO_MAX_MS 4000
 #else
-#define HO_MAX_MS 15000
+#define HO_MAX_MS 5000
 #endif
 
-static uvs_worker_t ho_worker;
-static uvs_task_t ho_tasks[2];
-static atomic_int ho_inflight;
+static uvs_worker_t ho_workers[HO_W];
+static uvs_task_t ho_tasks[2][HO_W];
+static atomic_int ho_inflight[HO_W];
 static atomic_int ho_runs;
-static atomic_int ho_arrived[HO_MAX_ROUNDS + 1];
-/* uv_hrtime() just before each producer's schedule call of each round. */
-static uint64_t ho_t_call[2][HO_MAX_ROUNDS + 1];
+/* uv_hrtime() just before each producer's schedule call of the round. */
+static uint64_t ho_t_call[2][HO_W];
 static uint64_t ho_end_ns; /* no round starts after it */
 static uv_mutex_t ho_mutex;
 static uv_cond_t ho_cond;
-static int ho_done; /* under ho_mutex */
-static int ho_stop; /* under ho_mutex: the watchdog may go */
-static int ho_met;  /* under ho_mutex: rounds whose calls met */
-static int ho_last; /* under ho_mutex: the last round, once decided */
+static int ho_done;   /* under ho_mutex: tasks handed back */
+static int ho_called; /* under ho_mutex: schedule calls made */
+static int ho_stop;   /* under ho_mutex: the watchdog may go */
+static int ho_met;    /* under ho_mutex: contests whose calls met */
+static int ho_last;   /* under ho_mutex: the last round, once decided */
 
 
-static void ho_run_cb(uvs_task_t* task) {
-  (void) task;
-  ASSERT_EQ(atomic_fetch_add(&ho_inflight, 1), 0);
-  test_spin_us(20); /* room for a second drain to overlap */
-  atomic_fetch_add(&ho_runs, 1);
-  ASSERT_EQ(atomic_fetch_sub(&ho_inflight, 1), 1);
+/* No more pool workers can be ready than there are: a count above is a
+ * worker listed twice, whose every listing the loop takes in turn. */
+static void ho_check_ready(int r) {
+  uvs_group_stats_t gs;
+
+  ASSERT_OK(uvs_group_stats(&sched, 0, &gs));
+  if (gs.ready > HO_W)
+    test_failed(__FILE__, __LINE__,
+                "%" PRIu64
+                " pool workers counted ready, of %d: a worker was "
+                "made ready twice from idle (round %d)",
+                gs.ready, HO_W, r);
 }
 
 
-/* On the loop thread. Once both tasks of round r are back, both of its
- * schedule calls' stamps are visible here: did they meet, and is r the
- * last round? Decided before the producers, waiting for this hand-back,
- * can start the next. */
+/* Waits under ho_mutex, held, until *count reaches n, for HO_STALL_MS at
+ * most; looks at the ready count every HO_LOOK_MS meanwhile. */
+#define HO_LOOK_MS 10
+
+static void ho_wait_for(
+    int* count, int n, const char* what, int r, const char* why) {
+  uint64_t look;
+  uint64_t end;
+  uint64_t now;
+
+  end = uv_hrtime() + HO_STALL_MS * (uint64_t) 1000000;
+  look = HO_LOOK_MS * (uint64_t) 1000000;
+  while (*count < n) {
+    ho_check_ready(r);
+    now = uv_hrtime();
+    if (now >= end)
+      test_failed(__FILE__, __LINE__,
+                  "%s %d not done within %d ms (%d of %d)%s", what, r,
+                  HO_STALL_MS, *count, n, why);
+    (void) uv_cond_timedwait(&ho_cond, &ho_mutex,
+                             end - now < look ? end - now : look);
+  }
+}
+
+
+static void ho_run_cb(uvs_task_t* task) {
+  int c;
+
+  c = (int) (intptr_t) task->data;
+  if (atomic_fetch_add(&ho_inflight[c], 1) != 0)
+    test_failed(__FILE__, __LINE__,
+                "two run_cbs of worker %d at once (guarantee 2): both "
+                "producers made it ready from idle",
+                c);
+  test_spin_us(HO_RUN_US); /* room for a second drain to overlap */
+  atomic_fetch_add(&ho_runs, 1);
+  atomic_fetch_sub(&ho_inflight[c], 1);
+}
+
+
+/* On the loop thread. Once every task of round r is back, its schedule
+ * calls' stamps are visible here: how many contests met, and is r the last
+ * round? Decided before the producers, waiting for this hand-back, can
+ * start the next. */
 static void ho_done_cb(uvs_task_t* task, int status) {
   uint64_t a;
   uint64_t b;
   int last;
   int r;
+  int c;
 
   (void) task;
   ASSERT_OK(status);
   uv_mutex_lock(&ho_mutex);
   last = 0;
-  if (++ho_done % 2 == 0) {
-    r = ho_done / 2;
-    a = ho_t_call[0][r];
-    b = ho_t_call[1][r];
-    if ((a > b ? a - b : b - a) < HO_MET_NS)
-      ho_met++;
-    if (ho_met >= HO_MET || r == HO_MAX_ROUNDS || uv_hrtime() >= ho_end_ns)
+  if (++ho_done % (2 * HO_W) == 0) {
+    r = ho_done / (2 * HO_W);
+    for (c = 0; c < HO_W; c++) {
+      a = ho_t_call[0][c];
+      b = ho_t_call[1][c];
+      if ((a > b ? a - b : b - a) < HO_MET_NS)
+        ho_met++;
+    }
+    if (r == HO_MAX_ROUNDS || uv_hrtime() >= ho_end_ns)
       last = ho_last = r;
+    ho_check_ready(r);
+    uv_cond_broadcast(&ho_cond);
+    /* The loop posts no drain until the next round's calls are made: the
+     * producers have both cores to themselves meanwhile. */
+    if (last == 0)
+      ho_wait_for(&ho_called, 2 * HO_W * (r + 1), "the schedule calls of round",
+                  r + 1, "");
   }
   uv_cond_broadcast(&ho_cond);
   uv_mutex_unlock(&ho_mutex);
@@ -535,21 +604,18 @@ static void ho_done_cb(uvs_task_t* task, int status) {
 }
 
 
-/* Waits, up to 5 s, until n tasks were handed back. */
-static void ho_wait_done(int n) {
-  uint64_t end;
-  uint64_t now;
+/* Waits until round r's tasks were all handed back; returns the last
+ * round if it is decided, else 0. */
+static int ho_wait_round(int r) {
+  int last;
 
-  end = uv_hrtime() + 5000 * (uint64_t) 1000000;
   uv_mutex_lock(&ho_mutex);
-  while (ho_done < n) {
-    now = uv_hrtime();
-    if (now >= end)
-      break;
-    (void) uv_cond_timedwait(&ho_cond, &ho_mutex, end - now);
-  }
-  ASSERT_GE(ho_done, n);
+  ho_wait_for(&ho_done, 2 * HO_W * r, "the hand-backs of round", r,
+              ": tasks or hand-backs were lost (a worker made ready twice "
+              "from idle breaks the ready list)");
+  last = ho_last;
   uv_mutex_unlock(&ho_mutex);
+  return last;
 }
 
 
@@ -557,73 +623,151 @@ static void ho_wait_done(int n) {
  * a start time a little ahead, and both spin on the clock until then, which
  * lines them up closer than a flag handed from one core to the other would.
  * Then one of them spins a few iterations more, an offset that sweeps from
- * -64 to 63 across the rounds, so that the two schedule calls meet at every
- * relative phase of the short step between the load of the worker's state
- * and its compare-and-swap. (With a plain store there, 3000 rounds caught
- * the double hand-off in about 4 runs of 5; without the sweep, about 1 in
- * 4.) 5 s deadline. */
+ * -64 to 63 across the contests, so that the two schedule calls meet at
+ * every relative phase of the short step between the load of the worker's
+ * state and its compare-and-swap. One start time serves every contest: the
+ * second to arrive at contest k can't be past contest k + 1 before the
+ * first has left k, and a start time left from k - 1 is already behind
+ * both.
+ *
+ * On a loaded machine the other producer may be off its core for a while:
+ * the first to arrive spins HO_SPIN_NS, then sleeps, and the second wakes
+ * it with a start time far enough ahead for it to wake. Spinning on would
+ * keep the other producer from the core it waits for, and a woken thread
+ * gets a core soon: the two meet while both run. ho_arrivals counts
+ * arrivals in steps of 2; its low bit says that the first sleeps. */
 #define HO_SWEEP 128
+#define HO_LEAD_NS 2000
+#define HO_SPIN_NS 50000
+#define HO_WAKE_NS 200000
 
-static atomic_uint_fast64_t ho_go[HO_MAX_ROUNDS + 1];
+static atomic_uint ho_arrivals;
+static atomic_uint_fast64_t ho_go;
 
-static void ho_barrier(int p, int round) {
+static void ho_barrier(int p, unsigned k) {
+  uint64_t arrival;
+  uint64_t now;
   uint64_t end;
   uint64_t go;
-  unsigned spins;
+  unsigned old;
   volatile int sink;
+  int tried;
   int rel;
 
-  end = test_hrtime_ms() + 5000;
-  if (atomic_fetch_add(&ho_arrived[round], 1) == 1)
-    atomic_store(&ho_go[round], uv_hrtime() + 20000);
-  for (spins = 1; (go = atomic_load(&ho_go[round])) == 0; spins++) {
-    if (spins % 1024 == 0) {
-      ASSERT_UINT64_LT(test_hrtime_ms(), end);
-      sched_yield(); /* the other producer may be off its core */
+  arrival = uv_hrtime();
+  end = arrival + HO_STALL_MS * (uint64_t) 1000000;
+  old = atomic_fetch_add(&ho_arrivals, 2);
+  if ((old >> 1) % 2 == 1) {
+    if (old & 1) {
+      atomic_fetch_and(&ho_arrivals, ~1u);
+      go = uv_hrtime() + HO_WAKE_NS;
+      uv_mutex_lock(&ho_mutex);
+      atomic_store(&ho_go, go);
+      uv_cond_broadcast(&ho_cond);
+      uv_mutex_unlock(&ho_mutex);
+    } else {
+      go = uv_hrtime() + HO_LEAD_NS;
+      atomic_store(&ho_go, go);
+    }
+  } else {
+    old += 2; /* as it is while the other producer has not arrived */
+    tried = 0;
+    while ((go = atomic_load(&ho_go)) <= arrival) {
+      if (tried || uv_hrtime() - arrival < HO_SPIN_NS)
+        continue;
+      tried = 1;
+      if (!atomic_compare_exchange_strong(&ho_arrivals, &old, old | 1))
+        continue; /* it has arrived: the start time is on its way */
+      uv_mutex_lock(&ho_mutex);
+      while ((go = atomic_load(&ho_go)) <= arrival) {
+        now = uv_hrtime();
+        if (now >= end)
+          test_failed(__FILE__, __LINE__,
+                      "producer %d: the other one did not come to contest "
+                      "%u within %d ms",
+                      p, k, HO_STALL_MS);
+        (void) uv_cond_timedwait(&ho_cond, &ho_mutex, end - now);
+      }
+      uv_mutex_unlock(&ho_mutex);
     }
   }
   while (uv_hrtime() < go) {
   }
-  rel = round % HO_SWEEP - HO_SWEEP / 2;
+  rel = (int) (k % HO_SWEEP) - HO_SWEEP / 2;
   for (sink = 0; sink < (p == 0 ? rel : -rel); sink++) {
   }
 }
 
 
+/* Each producer on a core of its own, where the system lets it choose: a
+ * thread woken by the other (ho_barrier) is otherwise often woken on the
+ * waker's core, and the two take turns on one core instead of meeting.
+ * With the two apart, nearly every contest meets; without, on a loaded
+ * machine, few. Nothing is pinned on a machine with one core. */
+static void ho_pin(int p) {
+#ifdef __linux__
+  cpu_set_t allowed;
+  cpu_set_t one;
+  int found;
+  int cpu;
+
+  if (sched_getaffinity(0, sizeof(allowed), &allowed) != 0)
+    return;
+  found = -1;
+  for (cpu = 0; cpu < CPU_SETSIZE; cpu++)
+    if (CPU_ISSET(cpu, &allowed) && ++found == p)
+      break;
+  if (cpu == CPU_SETSIZE || CPU_COUNT(&allowed) < 2)
+    return;
+  CPU_ZERO(&one);
+  CPU_SET(cpu, &one);
+  (void) pthread_setaffinity_np(pthread_self(), sizeof(one), &one);
+#else
+  (void) p;
+#endif
+}
+
+
 static void ho_producer(void* arg) {
-  int last;
+  unsigned k;
   int p;
   int r;
+  int c;
 
   p = (int) (intptr_t) arg;
-  for (r = 1;; r++) {
-    ho_wait_done(2 * (r - 1));
+  ho_pin(p);
+  k = 0;
+  for (r = 1; ho_wait_round(r - 1) == 0; r++) {
+    for (c = 0; c < HO_W; c++) {
+      ho_barrier(p, k++);
+      ho_t_call[p][c] = uv_hrtime();
+      ASSERT_OK(uvs_schedule(&ho_workers[c], &ho_tasks[p][c]));
+    }
     uv_mutex_lock(&ho_mutex);
-    last = ho_last;
+    ho_called += HO_W;
+    uv_cond_broadcast(&ho_cond);
     uv_mutex_unlock(&ho_mutex);
-    if (last != 0)
-      break;
-    ho_barrier(p, r);
-    ho_t_call[p][r] = uv_hrtime();
-    ASSERT_OK(uvs_schedule(&ho_worker, &ho_tasks[p]));
   }
 }
 
 
+/* Ends a test that hangs past every bound above (a loop that never
+ * returns, say) well before meson's timeout. */
 static void ho_watchdog(void* arg) {
   uint64_t end;
   uint64_t now;
 
   (void) arg;
-  end = uv_hrtime() + 25000 * (uint64_t) 1000000;
+  end = uv_hrtime() + (HO_MAX_MS + HO_STALL_MS + 1500) * (uint64_t) 1000000;
   uv_mutex_lock(&ho_mutex);
   while (!ho_stop) {
     now = uv_hrtime();
     if (now >= end)
       test_failed(__FILE__, __LINE__,
-                  "watchdog: not done after 25 s (%d tasks handed back, at "
-                  "most %d, %d runs)",
-                  ho_done, 2 * HO_MAX_ROUNDS, atomic_load(&ho_runs));
+                  "watchdog: not done after %d ms (%d tasks handed back, "
+                  "%d runs)",
+                  HO_MAX_MS + HO_STALL_MS + 1500, ho_done,
+                  atomic_load(&ho_runs));
     (void) uv_cond_timedwait(&ho_cond, &ho_mutex, end - now);
   }
   uv_mutex_unlock(&ho_mutex);
@@ -636,6 +780,7 @@ TEST_IMPL(race_idle_handoff_contested) {
   uv_thread_t dog;
   uint64_t start;
   int p;
+  int c;
 
   ASSERT_OK(uv_mutex_init(&ho_mutex));
   ASSERT_OK(uv_cond_init(&ho_cond));
@@ -643,9 +788,13 @@ TEST_IMPL(race_idle_handoff_contested) {
   opts.keep_alive = 1;
   ASSERT_OK(uv_loop_init(&loop));
   ASSERT_OK(uvs_sched_init(&loop, &sched, &opts));
-  ASSERT_OK(uvs_worker_init(&sched, &ho_worker, UVS_POOL));
-  for (p = 0; p < 2; p++)
-    ASSERT_OK(uvs_task_init(&ho_tasks[p], ho_run_cb, ho_done_cb));
+  for (c = 0; c < HO_W; c++) {
+    ASSERT_OK(uvs_worker_init(&sched, &ho_workers[c], UVS_POOL));
+    for (p = 0; p < 2; p++) {
+      ASSERT_OK(uvs_task_init(&ho_tasks[p][c], ho_run_cb, ho_done_cb));
+      ho_tasks[p][c].data = (void*) (intptr_t) c;
+    }
+  }
   start = uv_hrtime();
   ho_end_ns = start + HO_MAX_MS * (uint64_t) 1000000;
   ASSERT_OK(uv_thread_create(&dog, ho_watchdog, NULL));
@@ -659,11 +808,11 @@ TEST_IMPL(race_idle_handoff_contested) {
   uv_mutex_unlock(&ho_mutex);
   ASSERT_OK(uv_thread_join(&dog));
   ASSERT_GT(ho_last, 0);
-  ASSERT_EQ(atomic_load(&ho_runs), 2 * ho_last);
-  ASSERT_EQ(ho_done, 2 * ho_last);
+  ASSERT_EQ(atomic_load(&ho_runs), 2 * HO_W * ho_last);
+  ASSERT_EQ(ho_done, 2 * HO_W * ho_last);
   ASSERT_OK(uv_loop_close(&loop));
-  printf("# %d rounds, %d of them met, in %" PRIu64 " ms\n", ho_last, ho_met,
-         (uv_hrtime() - start) / 1000000);
+  printf("# %d rounds of %d contests, %d of them met, in %" PRIu64 " ms\n",
+         ho_last, HO_W, ho_met, (uv_hrtime() - start) / 1000000);
   uv_cond_destroy(&ho_cond);
   uv_mutex_destroy(&ho_mutex);
   return 0;

@@ -287,3 +287,180 @@ TEST_IMPL(wake_close_shuts_out) {
   ASSERT_OK(uv_loop_close(&loop));
   return 0;
 }
+
+
+/* ---- several producers, one room at a time ----------------------------
+ * Issue 43. A worker bounded at SR_MAX (8), full, with SR_PROD producers
+ * blocked in uvs_schedule_wait. At 8 the refill mark is 7: one task
+ * leaving makes room for one, and a blocked call may not go on waiting
+ * then. So each time one task leaves (a cancel, or a start), one more of
+ * the producers must get in, within SR_WITHIN_MS, long before their own
+ * deadline of a minute; none gets in while the worker is full. A worker
+ * that woke one producer fewer than it has room for would leave them all
+ * asleep here. */
+#define SR_MAX 8
+#define SR_PROD 4
+#define SR_WITHIN_MS 5000
+
+typedef struct {
+  uvs_task_t task;
+  uv_thread_t thread;
+  int err;
+} sr_prod_t;
+
+static sr_prod_t sr_prods[SR_PROD];
+static test_gate_t sr_gates[SR_MAX + 1];
+static test_latch_t sr_calling;
+static test_latch_t sr_returned;
+static test_latch_t sr_started; /* gates that began to run */
+static test_latch_t sr_release; /* gate k runs until it reaches k + 1 */
+static uv_async_t sr_finished;
+
+static void sr_produce(void* arg) {
+  sr_prod_t* p;
+
+  p = arg;
+  test_latch_add(&sr_calling, 1);
+  p->err = uvs_schedule_wait(&worker, &p->task, 60000);
+  test_latch_add(&sr_returned, 1);
+}
+
+static void sr_init(uvs_where_t where) {
+  uvs_worker_options_t wo;
+  int i;
+
+  test_latch_init(&sr_calling);
+  test_latch_init(&sr_returned);
+  test_latch_init(&sr_started);
+  test_latch_init(&sr_release);
+  ASSERT_OK(uv_loop_init(&loop));
+  ASSERT_OK(uvs_sched_init(&loop, &sched, NULL));
+  memset(&wo, 0, sizeof(wo));
+  wo.max_pending = SR_MAX;
+  wo.on_full = UVS_FULL_BLOCK;
+  ASSERT_OK(uvs_worker_init_ex(&sched, &worker, where, &wo));
+  for (i = 0; i < SR_PROD; i++) {
+    memset(&sr_prods[i], 0, sizeof(sr_prods[i]));
+    sr_prods[i].err = 1;
+    ASSERT_OK(uvs_task_init(&sr_prods[i].task, noop_run, count_done));
+  }
+}
+
+/* The worker is full: starts the producers and gives them a moment to
+ * fall asleep in their calls (there is no signal for that; one that is
+ * late only finds the room itself). */
+static void sr_block(void) {
+  uvs_worker_metrics_t m;
+  int i;
+
+  ASSERT_OK(uvs_worker_metrics(&worker, &m));
+  ASSERT_UINT64_EQ(m.queued, SR_MAX);
+  for (i = 0; i < SR_PROD; i++)
+    ASSERT_OK(uv_thread_create(&sr_prods[i].thread, sr_produce, &sr_prods[i]));
+  ASSERT(test_latch_wait(&sr_calling, SR_PROD, TEST_WAIT_MS));
+  uv_sleep(50);
+  ASSERT_EQ(test_latch_count(&sr_returned), 0);
+}
+
+/* Step s (from 1) made room for one more: the s-th producer gets in, and
+ * the worker is full again. */
+static void sr_check_step(int s, const char* how) {
+  uvs_worker_metrics_t m;
+  int got;
+
+  if (!test_latch_wait(&sr_returned, s, SR_WITHIN_MS)) {
+    got = test_latch_count(&sr_returned);
+    test_failed(__FILE__, __LINE__,
+                "%d of %d blocked producers got in within %d ms of the %s "
+                "of task %d of a full worker bounded at %d: blocked "
+                "producers were woken fewer than there was room for",
+                got, s, SR_WITHIN_MS, how, s, SR_MAX);
+  }
+  ASSERT_EQ(test_latch_count(&sr_returned), s);
+  ASSERT_OK(uvs_worker_metrics(&worker, &m));
+  ASSERT_UINT64_EQ(m.queued, SR_MAX);
+  ASSERT_UINT64_LE(m.queued_max, SR_MAX);
+}
+
+static void sr_finish(void) {
+  uvs_worker_metrics_t m;
+  int i;
+
+  for (i = 0; i < SR_PROD; i++) {
+    ASSERT_OK(uv_thread_join(&sr_prods[i].thread));
+    ASSERT_EQ(sr_prods[i].err, 0);
+  }
+  ASSERT_OK(uvs_worker_metrics(&worker, &m));
+  ASSERT_UINT64_EQ(m.rejected, 0);
+}
+
+static void sr_destroy(void) {
+  test_latch_destroy(&sr_calling);
+  test_latch_destroy(&sr_returned);
+  test_latch_destroy(&sr_started);
+  test_latch_destroy(&sr_release);
+}
+
+/* Room made by cancels, on a loop worker whose loop stands still: each
+ * cancel takes one queued task out. */
+TEST_IMPL(wake_each_room_cancel) {
+  int s;
+  int i;
+
+  sr_init(UVS_LOOP);
+  for (i = 0; i < SR_MAX; i++) {
+    ASSERT_OK(uvs_task_init(&filler[i].task, noop_run, count_done));
+    ASSERT_OK(uvs_schedule(&worker, &filler[i].task));
+  }
+  sr_block();
+  for (s = 1; s <= SR_PROD; s++) {
+    ASSERT_OK(uvs_task_cancel(&filler[s - 1].task));
+    sr_check_step(s, "cancel");
+  }
+  sr_finish();
+  TEST_CLOSE_SCHED_AND_LOOP(&loop, &sched, UVS_CANCEL);
+  sr_destroy();
+  return 0;
+}
+
+/* Room made by starts, on a pool worker: gate 0 runs, gates 1 to 8 fill
+ * the queue; each step lets the running gate end, and the next one starts
+ * and holds the worker, so that exactly one task has left the queue. */
+static void sr_starts(void* arg) {
+  int s;
+  int i;
+
+  (void) arg;
+  for (i = 0; i <= SR_MAX; i++) {
+    test_gate_init(&sr_gates[i], &sr_started, &sr_release, i + 1, count_done);
+    ASSERT_OK(uvs_schedule(&worker, &sr_gates[i].task));
+    if (i == 0)
+      ASSERT(test_latch_wait(&sr_started, 1, TEST_WAIT_MS));
+  }
+  sr_block();
+  for (s = 1; s <= SR_PROD; s++) {
+    test_latch_add(&sr_release, 1);
+    ASSERT(test_latch_wait(&sr_started, s + 1, TEST_WAIT_MS));
+    sr_check_step(s, "start");
+  }
+  sr_finish();
+  test_latch_add(&sr_release, SR_MAX + 1); /* every gate may end */
+  ASSERT_OK(uv_async_send(&sr_finished));
+}
+
+static void sr_finished_cb(uv_async_t* handle) {
+  uv_close((uv_handle_t*) handle, NULL);
+}
+
+TEST_IMPL(wake_each_room_start) {
+  uv_thread_t thread;
+
+  sr_init(UVS_POOL);
+  ASSERT_OK(uv_async_init(&loop, &sr_finished, sr_finished_cb));
+  ASSERT_OK(uv_thread_create(&thread, sr_starts, NULL));
+  ASSERT_OK(uv_run(&loop, UV_RUN_DEFAULT));
+  ASSERT_OK(uv_thread_join(&thread));
+  TEST_CLOSE_SCHED_AND_LOOP(&loop, &sched, UVS_DRAIN);
+  sr_destroy();
+  return 0;
+}
