@@ -1300,8 +1300,9 @@ static uint64_t request_cost(const server_t* s, const request_t* req) {
  * (conn_light_settle()). A /work that the credit does not cover runs in
  * the bulk group, as a heavy one does, whatever its n: a client that
  * floods requests just under --heavy-rounds gets a few of them a second
- * among the light work, not a thread. Returns the credit now, in ns; below
- * 0 when overdrawn. */
+ * among the light work, not a thread. With --heavy-rounds 0 (no groups)
+ * nothing is moved. Returns the credit now, in ns; below 0 when
+ * overdrawn. */
 static int64_t conn_light_credit(conn_t* conn) {
   const server_t* s = conn->server;
   int64_t cap = (int64_t) s->lim.light_ms * 1000000;
@@ -1333,7 +1334,8 @@ static int conn_submit(conn_t* conn, request_t* req) {
   conn->reserved += req->reserve;
   req->heavy = request_heavy(s, req);
   req->cost_ns = request_cost(s, req);
-  if (!req->heavy && req->cost_ns > 0 && s->lim.light_ms != 0 &&
+  if (!req->heavy && req->cost_ns > 0 && s->lim.heavy_rounds != 0 &&
+      s->lim.light_ms != 0 &&
       (int64_t) req->cost_ns > conn_light_credit(conn)) {
     req->heavy = 1; /* Over its connection's light budget. */
     req->demoted = 1;
