@@ -27,7 +27,7 @@ leak checks):
                 deadline away: each is closed by the write deadline within
                 4 s, and a client that read its answer and went quiet is
                 closed by the idle deadline at 2 s, not by the write one
-  near-heavy    --heavy-rounds 30000: 64 connections keep 16 /work at
+  near-heavy    --heavy-rounds 30000: 32 connections keep 16 /work at
                 n = 29999 (light by n, ~9 ms) in flight on 2 threads; once
                 their light budgets (--light-ms) are spent and the flood
                 runs in the bulk group, 20 light /work?n=1 on fresh
@@ -1304,7 +1304,7 @@ def test_groups(binary, heavy_rounds=None):
 # ----------------------------------------------------------- near-heavy
 
 NEAR_HEAVY = 30000   # near-heavy: --heavy-rounds (~9 ms a /work) ...
-NEAR_CONNS = 64      # ... connections pipelining /work one round under it
+NEAR_CONNS = 32      # ... connections pipelining /work one round under it
 NEAR_DEPTH = 16      # ... this many deep, sending one more per answer
 NEAR_VICTIMS = 20    # ... light /work?n=1 on fresh connections, timed
 
@@ -1447,7 +1447,7 @@ def near_heavy(binary, light_ms):
 
 OUT_MAX = 16384      # out-bound, slow-read: --max-out-bytes
 ANSWER_BOUND = 4352 + 512  # the most one request can reserve: a /stats
-                          # answer, and its record (280 bytes on x86_64)
+                          # answer, and its record (304 bytes on x86_64)
 OUT_PARSED_CAP = 400  # out-bound: requests parsed for a client that reads
                       # nothing (one 64 KiB read is ~2000 of them)
 
