@@ -27,7 +27,10 @@
  * One worker is in the scheduler's "interactive" group, the other in its
  * "bulk" group, which may use every pool thread but one: a heavy /work (n at
  * least --heavy-rounds) runs in bulk, so that however many connections flood
- * heavy work, light requests keep a thread (conn_route()).
+ * heavy work, light requests keep a thread (conn_route()), and so does the
+ * work of a connection past its light budget (--light-ms, measured run
+ * time: conn_light_credit()), so that a flood just under --heavy-rounds
+ * cannot take that thread either.
  *
  * Pipelining: a client may send many requests without waiting. They are
  * parsed on the loop thread in order. While the connection's workers hold
@@ -45,8 +48,9 @@
  * --max-out-bytes (counted from the parse of their request, each by the
  * most it can take; parsing pauses at the request that passes it), and
  * starts again when they drain, and its workers are suspended, computing
- * no answer, while half of --max-out-bytes is written to libuv and not
- * called back (conn_output_pressure()); a request must arrive whole within
+ * no answer, while its backlog (the answers its client has not taken,
+ * held by the server or libuv or unsent by the kernel) passes half of
+ * --max-out-bytes (conn_output_pressure()); a request must arrive whole within
  * --header-timeout of its first byte, a kept-alive connection may idle for
  * --idle-timeout, and a client that owes acknowledgements for answer bytes
  * must take --min-send-rate bytes a second of them over each
@@ -796,14 +800,16 @@ static void on_worker_closed(uvs_worker_t* worker) {
  * made on a count of 0 (UV_EINVAL). On open workers neither call fails.
  *
  * With the read side (conn_update()): reading and parsing stop once the
- * unwritten answers and the requests parsed and not yet answered together
- * pass --max-out-bytes, and start again at half of it. So for a client
- * that stops reading, the computing stops first, at half the budget
- * unwritten, while the parser goes on queueing requests into the other
- * half; then the reading stops. Memory stays within OUT_BOUND either way.
- * When the client reads again, its writes complete, the workers resume at
- * a quarter, the queued requests are answered in order, and parsing and
- * reading follow at half. */
+ * backlog and the requests parsed and not yet answered together pass
+ * --max-out-bytes, and start again at half of it. So for a client that
+ * stops reading, the computing stops first, at half the budget of
+ * backlog, while the parser goes on queueing requests into the other
+ * half; then the reading stops. Memory stays within OUT_BOUND either way,
+ * and so do the answers computed and not taken, however far the workers
+ * ran past the mark before the done_cb that saw it. When the client reads
+ * again, its backlog shrinks, the workers resume at a quarter, the queued
+ * requests are answered in order, and parsing and reading follow at
+ * half. */
 static void conn_output_pressure(conn_t* conn) {
   server_t* s = conn->server;
   size_t backlog = conn_backlog(conn);
@@ -2607,16 +2613,17 @@ static void usage(FILE* f, const limits_t* d) {
       "before it\n"
       "                        stops reading (default %" PRIu64
       "; reads again at N/2)\n"
-      "  --max-out-bytes N     answer bytes one connection may hold "
-      "(unwritten, and\n"
-      "                        the most its parsed requests' answers can "
-      "take) before\n"
-      "                        it stops parsing and reading (default "
-      "%" PRIu64
-      ";\n"
-      "                        reads again at N/2); past N/2 of them "
-      "unwritten, its\n"
-      "                        workers are suspended, and resumed at N/4\n"
+      "  --max-out-bytes N     answer bytes one connection may hold or its "
+      "client\n"
+      "                        has not taken, and the most its parsed "
+      "requests'\n"
+      "                        answers can take, before it stops parsing and "
+      "reading\n"
+      "                        (default %" PRIu64
+      "; reads again at N/2); past N/2 of\n"
+      "                        answers not taken, its workers are "
+      "suspended, and\n"
+      "                        resumed at N/4\n"
       "  --sndbuf N            SO_SNDBUF of each connection, which bounds "
       "the answers\n"
       "                        the kernel holds for a client; 0 = the "
