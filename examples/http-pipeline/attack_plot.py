@@ -7,7 +7,7 @@ binaries, and plots the figures of docs/backpressure.rst:
         --server after=build/examples/http-pipeline/http-pipeline \\
         --json docs/backpressure.json -o docs/backpressure.png
 
-never-read  100 clients pipeline /work?n=1 and /stats and never read, for
+never-read  100 clients pipeline /work?n=1 and never read, for
             --duration s; the server's VmRSS is sampled every 100 ms
 fairness    4 connections pipeline 40 /work?n=200000 (~100 ms each) on a
             2-thread pool; a victim's light /work?n=1, on a fresh

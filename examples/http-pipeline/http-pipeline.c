@@ -27,7 +27,10 @@
  * One worker is in the scheduler's "interactive" group, the other in its
  * "bulk" group, which may use every pool thread but one: a heavy /work (n at
  * least --heavy-rounds) runs in bulk, so that however many connections flood
- * heavy work, light requests keep a thread (conn_route()).
+ * heavy work, light requests keep a thread (conn_route()), and so does the
+ * work of a connection past its light budget (--light-ms, measured run
+ * time: conn_light_credit()), so that a flood just under --heavy-rounds
+ * cannot take that thread either.
  *
  * Pipelining: a client may send many requests without waiting. They are
  * parsed on the loop thread in order. While the connection's workers hold
@@ -45,8 +48,9 @@
  * --max-out-bytes (counted from the parse of their request, each by the
  * most it can take; parsing pauses at the request that passes it), and
  * starts again when they drain, and its workers are suspended, computing
- * no answer, while half of --max-out-bytes is written to libuv and not
- * called back (conn_output_pressure()); a request must arrive whole within
+ * no answer, while its backlog (the answers its client has not taken,
+ * held by the server or libuv or unsent by the kernel) passes half of
+ * --max-out-bytes (conn_output_pressure()); a request must arrive whole within
  * --header-timeout of its first byte, a kept-alive connection may idle for
  * --idle-timeout, and a client that owes acknowledgements for answer bytes
  * must take --min-send-rate bytes a second of them over each
@@ -97,7 +101,7 @@
 #include <malloc.h> /* malloc_trim */
 #endif
 #ifdef __linux__
-#include <linux/sockios.h> /* SIOCOUTQ */
+#include <linux/sockios.h> /* SIOCOUTQ, SIOCOUTQNSD */
 #endif
 
 #define READ_BUF_SIZE 65536
@@ -107,6 +111,13 @@
 #define HEAD_BOUND 256    /* More than any answer's status line and headers. */
 #define MAX_CHUNK_EXT 256 /* Bytes of one chunk's extensions. */
 #define MAX_TRAILERS 16   /* Trailer fields of a chunked body. */
+/* conn_measure(): how soon the server looks at the kernel's queue again,
+ * and how seldom at most, while nothing else would tell it (ms). */
+#define POLL_MIN_MS 5
+#define POLL_MAX_MS 200
+/* The /work whose run time measures what a round takes: long enough that
+ * the rounds, not the task around them, are what is timed. */
+#define COST_ROUNDS 1000
 /* The most conn_pending() can reach: --max-out-bytes, and the request
  * that takes the connection over it (dispatch()) with its answer. */
 #define OUT_BOUND(s) \
@@ -156,7 +167,8 @@ typedef enum {
   DEADLINE_HEADER,
   DEADLINE_IDLE,
   DEADLINE_WRITE,
-  DEADLINE_LINGER
+  DEADLINE_LINGER,
+  DEADLINE_POLL /* Not a timeout: look at the kernel's queue again. */
 } deadline_kind_t;
 
 typedef struct server_s server_t;
@@ -183,6 +195,7 @@ typedef struct limits_s {
   uint64_t concurrency;    /* uvs_sched_options_t.max_concurrency. */
   uint64_t budget;         /* uvs_sched_options_t.budget. */
   uint64_t heavy_rounds;   /* /work with n >= this is heavy; 0 = none is. */
+  uint64_t light_ms;       /* Light work a connection may run a second. */
 } limits_t;
 
 struct request_s {
@@ -194,8 +207,12 @@ struct request_s {
   int status;
   int head;            /* A HEAD request: the answer's headers, not its body. */
   unsigned char heavy; /* Its work belongs in GROUP_BULK (request_heavy()). */
-  unsigned char group; /* The group_t of the worker it was scheduled on. */
-  size_t reserve;      /* Bytes held against --max-out-bytes until freed. */
+  unsigned char demoted; /* Light by its n, heavy by its connection's budget */
+  unsigned char group;   /* The group_t of the worker it was scheduled on. */
+  size_t reserve;        /* Bytes held against --max-out-bytes until freed. */
+  uint64_t cost_ns;      /* What its run should take (request_cost()) ... */
+  uint64_t charge_ns;    /* ... and took from the light budget, if it did. */
+  uint64_t run_ns;       /* What its run took (work_run()). */
   const char* body;
   conn_header_t conn_header;
   uint64_t rounds;
@@ -247,9 +264,11 @@ struct conn_s {
                          light tasks (conn_route()): next to go. */
   request_t* held;    /* Fault injection only (HTTP_PIPELINE_FAULT). */
   int has_worker;
-  int out_suspended; /* Both workers suspended for unwritten answers: each
-                        owes one uvs_worker_resume, or the close. */
-  int rejecting;     /* Over --max-conns: a 503, then close. */
+  int out_suspended;     /* Both workers suspended for unwritten answers: each
+                            owes one uvs_worker_resume, or the close. */
+  unsigned late_answers; /* Answers that came while suspended ... */
+  size_t late_bytes;     /* ... and their bytes: computed past the mark. */
+  int rejecting;         /* Over --max-conns: a 503, then close. */
   int reading;
   int write_blocked;
   int flush_queued;
@@ -268,8 +287,16 @@ struct conn_s {
   uint64_t queued_bytes;  /* Bytes ever handed to uv_write. */
   int write_episode;      /* The client owes us acks: the write deadline. */
   uint64_t window_start;  /* uv_now() when the current write window began */
-  uint64_t window_acked;  /* ... conn_acked() then ... */
+  uint64_t window_acked;  /* ... conn->acked then ... */
   uint64_t window_target; /* ... and queued_bytes then. */
+  /* What the client has not taken (conn_measure()): bytes it has
+   * acknowledged, and bytes not sent yet (libuv's queue and the kernel's
+   * unsent ones), as last measured, the latter plus what was handed to
+   * libuv since. */
+  uint64_t acked;
+  uint64_t unsent;
+  uint64_t poll_due; /* When to measure again while nothing else will. */
+  uint64_t poll_ms;  /* ... and the interval, doubled while nothing moves. */
   uint64_t linger_start;
   uint64_t next_seq;
   uint64_t next_answer;
@@ -306,6 +333,11 @@ struct conn_s {
   unsigned chunk_digits;
   size_t chunk_ext; /* Bytes of the current chunk's extensions. */
   unsigned trailers;
+
+  /* The light budget (--light-ms, conn_light_credit()), in ns of run time,
+   * below 0 when overdrawn, and the uv_now() it was last topped up. */
+  int64_t light_credit;
+  uint64_t light_time;
 
   /* The worker's tasks only, one at a time: no lock (SPEC guarantee 2). */
   uint64_t next_run;
@@ -354,6 +386,7 @@ struct server_s {
   uint64_t tasks_shed;      /* ... handed back with UV_ETIMEDOUT. */
   uint64_t tasks_inflight;
   uint64_t responses;
+  uint64_t answer_bytes; /* Of the final answers, headers included. */
   uint64_t work_done;
   uint64_t cancelled;
   uint64_t shed;         /* /work answered 503: waited over --max-wait. */
@@ -361,6 +394,8 @@ struct server_s {
   uint64_t errors;       /* 4xx and 5xx answers. */
   uint64_t stalls;       /* A full worker stopped a connection's reading. */
   uint64_t switch_waits; /* A heavy request waited for light ones before it. */
+  uint64_t demoted;      /* Light by n, run in bulk for the light budget. */
+  uint64_t ns_per_round; /* What a round of /work takes, as measured. */
   uint64_t write_blocks; /* Unwritten answers stopped a connection's reading. */
   /* Unwritten answers suspended a connection's workers (out_suspends);
    * their draining resumed them (out_resumes), or the close ended the
@@ -375,7 +410,12 @@ struct server_s {
   uint64_t addr_refused; /* Closed at once: over --max-conn-per-addr. */
   uint64_t bad_chunked;  /* Chunked bodies refused by conn_chunk(). */
   uint64_t out_peak;     /* Most answer bytes one connection held (pending). */
-  uint64_t mem_peak;     /* Most bytes one connection held (conn_mem()). */
+  uint64_t backlog_peak; /* Most answer bytes one client had not taken. */
+  uint64_t polls;        /* conn_measure() by the deadline task alone. */
+  /* Most answers, and bytes, one suspension let in after its mark. */
+  uint64_t late_answers_peak;
+  uint64_t late_bytes_peak;
+  uint64_t mem_peak; /* Most bytes one connection held (conn_mem()). */
   uint64_t timeouts[DEADLINE_LINGER + 1];
   uint64_t answers_out_of_order;
   uint64_t done_out_of_order;
@@ -584,14 +624,36 @@ static size_t conn_mem_bound(const server_t* s) {
 }
 
 
-/* What the connection holds against --max-out-bytes: the buffers of its
- * writes until libuv calls them back (a write partly taken by the kernel
- * still holds all of its buffer), the output not yet handed to libuv, and
- * the requests parsed and not yet answered, each the size of its record
- * and the most its answer can take. */
+/* The answers computed that the client has not taken, or that the
+ * connection still holds: the output not yet handed to libuv, and the
+ * larger of two figures, the buffers of its writes until libuv calls them
+ * back (a write partly taken by the kernel still holds all of its buffer)
+ * and the bytes not sent yet, in libuv's queue or the kernel's
+ * (conn_measure()). Without the kernel's, a client that never reads would
+ * have megabytes of answers computed for it before a write stalled: the
+ * kernel autotunes its send buffer up to tcp_wmem's maximum, and takes
+ * them all. Bytes sent and not yet acknowledged do not count: the window
+ * the client advertises bounds them, the write deadline watches them, and
+ * counting them would cap a connection's rate at the budget per round
+ * trip. */
+static size_t conn_backlog(conn_t* conn) {
+  server_t* s = conn->server;
+  uint64_t held =
+      conn->write_bytes > conn->unsent ? conn->write_bytes : conn->unsent;
+  size_t backlog = conn->out_len + (size_t) held;
+
+  if (backlog > s->backlog_peak)
+    s->backlog_peak = backlog;
+  return backlog;
+}
+
+
+/* What the connection holds against --max-out-bytes: its backlog
+ * (conn_backlog()) and the requests parsed and not yet answered, each the
+ * size of its record and the most its answer can take. */
 static size_t conn_pending(conn_t* conn) {
   server_t* s = conn->server;
-  size_t pending = conn->write_bytes + conn->out_len + conn->reserved;
+  size_t pending = conn_backlog(conn) + conn->reserved;
   size_t mem = conn_mem(conn);
 
   if (pending > s->out_peak)
@@ -635,6 +697,7 @@ static void work_format(request_t* req, char* body, size_t size) {
  * enter the output, so the one place their order is checked. */
 static void answer(conn_t* conn, request_t* req) {
   server_t* s = conn->server;
+  size_t out_len = conn->out_len;
   char body[BODY_MAX];
 
   if (req->seq != conn->next_answer)
@@ -669,6 +732,7 @@ static void answer(conn_t* conn, request_t* req) {
   conn->next_answer = req->seq + 1;
   conn->out_answers++;
   conn->owed--;
+  s->answer_bytes += conn->out_len - out_len;
   request_free(req);
 }
 
@@ -719,14 +783,13 @@ static void on_worker_closed(uvs_worker_t* worker) {
 
 /* suspend: output begins */
 /* Backpressure on the output side: a client that does not read must not
- * have answers computed for it. What the connection really holds unwritten
- * is the buffers of its writes until libuv calls them back (libuv's
- * write_queue_size, the part it has not handed to the kernel yet, is within
- * them: a write the kernel has taken in part still holds all of its
- * buffer) and the output not yet handed to libuv. Past half of
- * --max-out-bytes the connection suspends both its workers: they start no
- * task, and its queued requests keep their order and their place. Once
- * on_write() has drained the unwritten answers to a quarter, it resumes
+ * have answers computed for it. Its backlog (conn_backlog()) is what it
+ * has not taken: the output not yet handed to libuv, the buffers of its
+ * writes until libuv calls them back, and the bytes the kernel has not
+ * sent. Past half of --max-out-bytes the connection suspends both its
+ * workers: they start no task, and its queued requests keep their order
+ * and their place. Once the backlog is down to a quarter (seen by a write
+ * callback, or by conn_measure() when the kernel held it), it resumes
  * them. Both calls are O(1), one lock round each. Both workers, not only
  * the active one, so that a switch (conn_route()) cannot escape it.
  *
@@ -737,32 +800,36 @@ static void on_worker_closed(uvs_worker_t* worker) {
  * made on a count of 0 (UV_EINVAL). On open workers neither call fails.
  *
  * With the read side (conn_update()): reading and parsing stop once the
- * unwritten answers and the requests parsed and not yet answered together
- * pass --max-out-bytes, and start again at half of it. So for a client
- * that stops reading, the computing stops first, at half the budget
- * unwritten, while the parser goes on queueing requests into the other
- * half; then the reading stops. Memory stays within OUT_BOUND either way.
- * When the client reads again, its writes complete, the workers resume at
- * a quarter, the queued requests are answered in order, and parsing and
- * reading follow at half. */
+ * backlog and the requests parsed and not yet answered together pass
+ * --max-out-bytes, and start again at half of it. So for a client that
+ * stops reading, the computing stops first, at half the budget of
+ * backlog, while the parser goes on queueing requests into the other
+ * half; then the reading stops. Memory stays within OUT_BOUND either way,
+ * and so do the answers computed and not taken, however far the workers
+ * ran past the mark before the done_cb that saw it. When the client reads
+ * again, its backlog shrinks, the workers resume at a quarter, the queued
+ * requests are answered in order, and parsing and reading follow at
+ * half. */
 static void conn_output_pressure(conn_t* conn) {
   server_t* s = conn->server;
-  size_t unwritten = conn->write_bytes + conn->out_len;
+  size_t backlog = conn_backlog(conn);
   unsigned g;
   int rc;
 
   if (conn->closing || !conn->has_worker)
     return;
-  if (!conn->out_suspended && unwritten > s->lim.max_out_bytes / 2) {
+  if (!conn->out_suspended && backlog > s->lim.max_out_bytes / 2) {
     for (g = 0; g < GROUP_COUNT; g++) {
       rc = uvs_worker_suspend(&conn->workers[g]);
       if (rc != 0)
         fail("uvs_worker_suspend", rc);
     }
     conn->out_suspended = 1;
+    conn->late_answers = 0;
+    conn->late_bytes = 0;
     s->out_suspends++;
     s->out_suspended++;
-  } else if (conn->out_suspended && unwritten <= s->lim.max_out_bytes / 4) {
+  } else if (conn->out_suspended && backlog <= s->lim.max_out_bytes / 4) {
     for (g = 0; g < GROUP_COUNT; g++) {
       rc = uvs_worker_resume(&conn->workers[g]);
       if (rc != 0)
@@ -797,22 +864,69 @@ static void on_write(uv_write_t* wreq, int status) {
 }
 
 
-/* Answer bytes the client has acknowledged, ever: handed to libuv, less
- * what libuv still holds and what the kernel holds unsent or unacked
- * (SIOCOUTQ, Linux; elsewhere, or if it fails, the bytes libuv has written
- * to the kernel). What a client has taken, not what a write completed. */
-static uint64_t conn_acked(conn_t* conn) {
-  uint64_t unacked = conn->tcp.write_queue_size;
-#ifdef SIOCOUTQ
+/* What the kernel holds of the connection's answers (Linux): *unacked,
+ * the bytes the client has not acknowledged (SIOCOUTQ), and *unsent, those
+ * not even sent (SIOCOUTQNSD). Elsewhere, or if a call fails, 0: only what
+ * libuv holds is seen, and --sndbuf is what bounds the kernel's part. */
+static void conn_kernel_queue(conn_t* conn,
+                              uint64_t* unacked,
+                              uint64_t* unsent) {
+  *unacked = 0;
+  *unsent = 0;
+#if defined(SIOCOUTQ) && defined(SIOCOUTQNSD)
   uv_os_fd_t fd;
-  int outq;
+  int n;
 
-  if (uv_fileno((uv_handle_t*) &conn->tcp, &fd) == 0 &&
-      ioctl(fd, SIOCOUTQ, &outq) == 0 && outq > 0)
-    unacked += (uint64_t) outq;
+  if (uv_fileno((uv_handle_t*) &conn->tcp, &fd) != 0)
+    return;
+  if (ioctl(fd, SIOCOUTQ, &n) == 0 && n > 0)
+    *unacked = (uint64_t) n;
+  if (ioctl(fd, SIOCOUTQNSD, &n) == 0 && n > 0)
+    *unsent = (uint64_t) n;
 #endif
+}
+
+
+/* Measures what the client has taken: conn->acked, the answer bytes it has
+ * acknowledged, ever (handed to libuv, less what libuv still holds and
+ * what the kernel holds unsent or unacked), and conn->unsent, the bytes
+ * not sent yet (libuv's queue and the kernel's unsent bytes). Bytes taken,
+ * not writes completed: a write completes once the kernel has it, which,
+ * with the kernel's autotuned send buffer, is at once for megabytes of
+ * answers that a client never reads.
+ *
+ * Nothing tells the server when the kernel's bytes leave. While something
+ * waits for that (conn_deadline(): the suspended workers, the stopped
+ * reading, the idle deadline) and libuv holds no write whose callback
+ * would come, the deadline task comes back to measure again
+ * (DEADLINE_POLL): POLL_MIN_MS after the client last took something or was
+ * handed something, then at twice the interval each time, up to
+ * POLL_MAX_MS. Two ioctls, and none while the client has taken
+ * everything. */
+static void conn_measure(conn_t* conn) {
+  uint64_t now = uv_now(conn->server->loop);
+  uint64_t queued = conn->tcp.write_queue_size;
+  uint64_t unacked, unsent, acked;
+
+  if (conn->acked == conn->queued_bytes && conn->unsent == 0)
+    return;
+  conn_kernel_queue(conn, &unacked, &unsent);
+  unacked += queued;
   /* After our shutdown the kernel counts the FIN as a byte too. */
-  return unacked < conn->queued_bytes ? conn->queued_bytes - unacked : 0;
+  acked = unacked < conn->queued_bytes ? conn->queued_bytes - unacked : 0;
+  if (acked != conn->acked) {
+    conn->poll_ms = POLL_MIN_MS;
+    conn->poll_due = now + conn->poll_ms;
+  } else if (now >= conn->poll_due) {
+    conn->poll_ms = conn->poll_ms < POLL_MIN_MS   ? POLL_MIN_MS
+                    : conn->poll_ms < POLL_MAX_MS ? conn->poll_ms * 2
+                                                  : POLL_MAX_MS;
+    conn->poll_due = now + conn->poll_ms;
+  }
+  conn->acked = acked;
+  conn->unsent = queued + unsent;
+  if (acked == conn->queued_bytes)
+    conn->write_episode = 0; /* The client has taken everything. */
 }
 
 
@@ -826,9 +940,11 @@ static uint64_t conn_acked(conn_t* conn) {
  * the connection, its answers and its slot forever. */
 static int conn_write_window(conn_t* conn) {
   const limits_t* lim = &conn->server->lim;
-  uint64_t acked = conn_acked(conn);
   uint64_t need = lim->min_send_rate * lim->write_timeout / 1000;
+  uint64_t acked;
 
+  conn_measure(conn);
+  acked = conn->acked;
   if (acked == conn->queued_bytes) {
     conn->write_episode = 0;
     return 1;
@@ -871,6 +987,10 @@ static void conn_flush(conn_t* conn) {
   conn->writes++;
   conn->write_bytes += w->len;
   conn->queued_bytes += buf.len;
+  conn->unsent += buf.len; /* Until conn_measure() says otherwise. */
+  /* A client that reads takes them soon: look soon. */
+  conn->poll_ms = POLL_MIN_MS;
+  conn->poll_due = uv_now(conn->server->loop) + POLL_MIN_MS;
   if (!conn->write_episode) {
     /* The client had taken everything: the write deadline's first window
      * begins. */
@@ -927,6 +1047,7 @@ static void work_run(uvs_task_t* task) {
   server_t* s = conn->server;
   uv_thread_t self = uv_thread_self();
   int on_loop = uv_thread_equal(&self, &s->loop_thread);
+  uint64_t start;
 
   if (atomic_exchange(&conn->busy, 1))
     atomic_fetch_add(&s->overlaps, 1);
@@ -944,10 +1065,33 @@ static void work_run(uvs_task_t* task) {
 
   /* HEAD: the body is not sent, and its length does not depend on the
    * digest. */
+  start = uv_hrtime();
   if (req->kind == ANS_WORK && !req->head)
     sha256_iterate(req->id, req->id_len, req->rounds, req->digest);
+  req->run_ns = uv_hrtime() - start; /* Read by work_done(), after. */
 
   atomic_store(&conn->busy, 0);
+}
+
+
+/* A task handed back: what it took from its connection's light budget
+ * becomes what its run measured (one that did not run gives its charge
+ * back), and what a round of /work takes learns from it. */
+static void conn_light_settle(conn_t* conn, request_t* req, int status) {
+  server_t* s = conn->server;
+  int64_t sample;
+
+  conn->light_credit += (int64_t) req->charge_ns;
+  if (status != 0)
+    return;
+  if (req->group == GROUP_INTERACTIVE && s->lim.light_ms != 0)
+    conn->light_credit -= (int64_t) req->run_ns;
+  if (req->kind == ANS_WORK && !req->head && req->rounds >= COST_ROUNDS) {
+    sample = (int64_t) (req->run_ns / (req->rounds + 1));
+    sample =
+        (int64_t) s->ns_per_round + (sample - (int64_t) s->ns_per_round) / 16;
+    s->ns_per_round = sample > 0 ? (uint64_t) sample : 1;
+  }
 }
 
 
@@ -956,9 +1100,11 @@ static void work_done(uvs_task_t* task, int status) {
   request_t* req = (request_t*) task;
   conn_t* conn = req->conn;
   server_t* s = conn->server;
+  size_t late = SIZE_MAX;
 
   conn->inflight--;
   s->tasks_inflight--;
+  conn_light_settle(conn, req, status);
   if (status == 0)
     s->tasks_ran++;
   else if (status == UV_ETIMEDOUT)
@@ -1004,6 +1150,12 @@ static void work_done(uvs_task_t* task, int status) {
     conn_close(conn);
     return;
   }
+  if (conn->out_suspended && status == 0) {
+    /* Run after the backlog had passed the mark: the worker went on
+     * until the done_cb that saw it reached the loop thread. */
+    late = conn->out_len;
+    conn->late_answers++;
+  }
   if (s->fault_reorder && conn->held == NULL && req->tseq % 5 == 2) {
     conn->held = req; /* Broken on purpose: the order check must see it. */
   } else {
@@ -1014,6 +1166,13 @@ static void work_done(uvs_task_t* task, int status) {
       answer(conn, req);
     }
     conn_flush_soon(conn);
+  }
+  if (late != SIZE_MAX) {
+    conn->late_bytes += conn->out_len - late;
+    if (conn->late_answers > s->late_answers_peak)
+      s->late_answers_peak = conn->late_answers;
+    if (conn->late_bytes > s->late_bytes_peak)
+      s->late_bytes_peak = conn->late_bytes;
   }
   /* Unwritten answers past their bound: no further task starts. */
   conn_output_pressure(conn);
@@ -1043,6 +1202,11 @@ static int conn_schedule(conn_t* conn, request_t* req) {
   conn->inflight++;
   conn->server->tasks++;
   conn->server->tasks_inflight++;
+  /* Light work runs on the budget (conn_light_credit()). */
+  if (req->group == GROUP_INTERACTIVE && conn->server->lim.light_ms != 0) {
+    req->charge_ns = req->cost_ns;
+    conn->light_credit -= (int64_t) req->cost_ns;
+  }
   return 0;
 }
 
@@ -1125,6 +1289,40 @@ static int request_heavy(const server_t* s, const request_t* req) {
 }
 
 
+/* What req's run should take: a round's measured time (conn_light_settle())
+ * for each of the ROUNDS + 1 digests of a /work; nothing for an answer
+ * that needs no work, HEAD /work included. */
+static uint64_t request_cost(const server_t* s, const request_t* req) {
+  if (req->kind != ANS_WORK || req->head)
+    return 0;
+  return (req->rounds + 1) * s->ns_per_round;
+}
+
+
+/* The light budget, --light-ms L: run time a connection may spend in the
+ * interactive group, topped up at L ms a second up to L ms. Each light
+ * task takes what it should cost when it is scheduled there
+ * (conn_schedule()), and its measured run time once it is handed back
+ * (conn_light_settle()). A /work that the credit does not cover runs in
+ * the bulk group, as a heavy one does, whatever its n: a client that
+ * floods requests just under --heavy-rounds gets a few of them a second
+ * among the light work, not a thread. With --heavy-rounds 0 (no groups)
+ * nothing is moved. Returns the credit now, in ns; below 0 when
+ * overdrawn. */
+static int64_t conn_light_credit(conn_t* conn) {
+  const server_t* s = conn->server;
+  int64_t cap = (int64_t) s->lim.light_ms * 1000000;
+  uint64_t now = uv_now(s->loop);
+  /* L ms a second is L us a ms. */
+  int64_t gain = (int64_t) ((now - conn->light_time) * s->lim.light_ms * 1000);
+
+  conn->light_time = now;
+  conn->light_credit =
+      conn->light_credit > cap - gain ? cap : conn->light_credit + gain;
+  return conn->light_credit;
+}
+
+
 /* Answers req now if nothing of this connection is on its workers, so that
  * its answer cannot overtake an earlier one; otherwise queues it behind them
  * (conn_route()). Returns UV_EAGAIN, keeping req as conn->stalled, if it
@@ -1141,6 +1339,14 @@ static int conn_submit(conn_t* conn, request_t* req) {
   req->reserve = sizeof(*req) + answer_bound(req);
   conn->reserved += req->reserve;
   req->heavy = request_heavy(s, req);
+  req->cost_ns = request_cost(s, req);
+  if (!req->heavy && req->cost_ns > 0 && s->lim.heavy_rounds != 0 &&
+      s->lim.light_ms != 0 &&
+      (int64_t) req->cost_ns > conn_light_credit(conn)) {
+    req->heavy = 1; /* Over its connection's light budget. */
+    req->demoted = 1;
+    s->demoted++;
+  }
   if (s->mode == MODE_INLINE || !conn->has_worker) {
     if (req->kind == ANS_WORK) {
       if (!req->head)
@@ -1214,7 +1420,11 @@ static void stats_format(server_t* s, char* body, size_t size) {
       ",\"heavy_rounds\":%" PRIu64 ",\"bulk_max\":%" PRIu64
       ",\"out_suspends\":%" PRIu64 ",\"out_resumes\":%" PRIu64
       ",\"out_suspend_closes\":%" PRIu64 ",\"out_suspended\":%" PRIu64
-      ",\"suspend_mismatch\":%" PRIu64,
+      ",\"suspend_mismatch\":%" PRIu64 ",\"backlog_peak\":%" PRIu64
+      ",\"polls\":%" PRIu64 ",\"late_answers_peak\":%" PRIu64
+      ",\"late_bytes_peak\":%" PRIu64 ",\"light_ms\":%" PRIu64
+      ",\"demoted\":%" PRIu64 ",\"ns_per_round\":%" PRIu64
+      ",\"answer_bytes\":%" PRIu64,
       s->mode == MODE_POOL   ? "pool"
       : s->mode == MODE_LOOP ? "loop"
                              : "inline",
@@ -1232,7 +1442,9 @@ static void stats_format(server_t* s, char* body, size_t size) {
       st.cancelled, st.pending, (uint64_t) atomic_load(&s->misrouted),
       s->switch_waits, s->threads, s->lim.heavy_rounds, s->bulk_max,
       s->out_suspends, s->out_resumes, s->out_suspend_closes, s->out_suspended,
-      s->suspend_mismatch);
+      s->suspend_mismatch, s->backlog_peak, s->polls, s->late_answers_peak,
+      s->late_bytes_peak, s->lim.light_ms, s->demoted, s->ns_per_round,
+      s->answer_bytes);
   /* uvs_group_stats: each field atomic, read now, not one snapshot. */
   len = n > 0 && (size_t) n < size ? (size_t) n : size - 1;
   for (g = 0; g < GROUP_COUNT; g++) {
@@ -1890,6 +2102,7 @@ static void conn_maybe_finish(conn_t* conn) {
 static uint64_t conn_deadline(const conn_t* conn, deadline_kind_t* kind) {
   const limits_t* lim = &conn->server->lim;
   uint64_t d = NO_DEADLINE;
+  int wait;
 
   *kind = DEADLINE_NONE;
   if (conn->closing)
@@ -1902,16 +2115,34 @@ static uint64_t conn_deadline(const conn_t* conn, deadline_kind_t* kind) {
     *kind = DEADLINE_WRITE;
     d = conn->window_start + lim->write_timeout;
   }
-  if (!conn->reading || conn->done_parsing)
-    return d; /* Waiting for us, or for the writes: not the client's fault. */
-  if (conn->in_request || conn->fresh) {
-    if (conn->request_start + lim->header_timeout < d) {
-      *kind = DEADLINE_HEADER;
-      d = conn->request_start + lim->header_timeout;
+  /* The suspended workers and the stopped reading may wait for the client
+   * to take what the kernel holds. */
+  wait = conn->out_suspended || conn->write_blocked;
+  /* Not reading: waiting for us, or for the writes, not the client's
+   * fault. */
+  if (conn->reading && !conn->done_parsing) {
+    if (conn->in_request || conn->fresh) {
+      if (conn->request_start + lim->header_timeout < d) {
+        *kind = DEADLINE_HEADER;
+        d = conn->request_start + lim->header_timeout;
+      }
+    } else if (conn->owed == 0 && conn->writes == 0) {
+      if (conn->acked == conn->queued_bytes) {
+        *kind = DEADLINE_IDLE;
+        d = conn->last_active + lim->idle_timeout;
+      } else if (conn->last_active + lim->idle_timeout < d) {
+        /* Answers the client has not taken are not idleness: the write
+         * deadline holds until it has taken them all, and the idle
+         * deadline, if it comes first, from then. */
+        wait = 1;
+      }
     }
-  } else if (conn->owed == 0 && conn->writes == 0) {
-    *kind = DEADLINE_IDLE;
-    d = conn->last_active + lim->idle_timeout;
+  }
+  /* Then no write callback will come to say the client took them. */
+  if (wait && conn->writes == 0 && conn->acked != conn->queued_bytes &&
+      conn->poll_due < d) {
+    *kind = DEADLINE_POLL;
+    d = conn->poll_due;
   }
   return d;
 }
@@ -1935,12 +2166,18 @@ static void on_timer_done(uvs_task_t* task, int status) {
   conn->timer_armed = 0;
   if (!conn->closing) {
     d = conn_deadline(conn, &kind);
-    if (d != NO_DEADLINE && uv_now(s->loop) >= d &&
-        !(kind == DEADLINE_WRITE && conn_write_window(conn))) {
+    if (d == NO_DEADLINE || uv_now(s->loop) < d) {
+      conn_arm(conn);
+    } else if (kind == DEADLINE_POLL ||
+               (kind == DEADLINE_WRITE && conn_write_window(conn))) {
+      /* What the client took may resume the workers or the reading: the
+       * measure is acted on, and the deadline armed again. */
+      if (kind == DEADLINE_POLL)
+        s->polls++;
+      conn_update(conn);
+    } else {
       s->timeouts[kind]++;
       conn_close(conn);
-    } else {
-      conn_arm(conn);
     }
   }
   conn_unref(conn);
@@ -2001,6 +2238,7 @@ static void conn_update(conn_t* conn) {
 
   if (conn->closing)
     return;
+  conn_measure(conn);
   pending = conn_pending(conn);
   if (!conn->write_blocked && pending > lim->max_out_bytes) {
     conn->write_blocked = 1;
@@ -2295,6 +2533,8 @@ static void on_connection(uv_stream_t* listener, int status) {
   conn->parser.data = conn;
   conn->fresh = 1;
   conn->request_start = conn->last_active = uv_now(s->loop);
+  conn->light_credit = (int64_t) lim->light_ms * 1000000;
+  conn->light_time = conn->last_active;
   if (reject) {
     /* Answered before anything is read: the request does not matter. */
     conn->rejecting = 1;
@@ -2373,16 +2613,17 @@ static void usage(FILE* f, const limits_t* d) {
       "before it\n"
       "                        stops reading (default %" PRIu64
       "; reads again at N/2)\n"
-      "  --max-out-bytes N     answer bytes one connection may hold "
-      "(unwritten, and\n"
-      "                        the most its parsed requests' answers can "
-      "take) before\n"
-      "                        it stops parsing and reading (default "
-      "%" PRIu64
-      ";\n"
-      "                        reads again at N/2); past N/2 of them "
-      "unwritten, its\n"
-      "                        workers are suspended, and resumed at N/4\n"
+      "  --max-out-bytes N     answer bytes one connection may hold or its "
+      "client\n"
+      "                        has not taken, and the most its parsed "
+      "requests'\n"
+      "                        answers can take, before it stops parsing and "
+      "reading\n"
+      "                        (default %" PRIu64
+      "; reads again at N/2); past N/2 of\n"
+      "                        answers not taken, its workers are "
+      "suspended, and\n"
+      "                        resumed at N/4\n"
       "  --sndbuf N            SO_SNDBUF of each connection, which bounds "
       "the answers\n"
       "                        the kernel holds for a client; 0 = the "
@@ -2453,14 +2694,23 @@ static void usage(FILE* f, const limits_t* d) {
       "that\n"
       "                        leaves one pool thread to the rest; 0 = "
       "nothing is\n"
-      "                        heavy (default %" PRIu64
-      ")\n"
-      "Prints \"listening on http://ADDR:PORT\" once bound; stops on\n"
-      "SIGINT or SIGTERM and exits 0 only if every check held.\n",
+      "                        heavy (default %" PRIu64 ")\n",
       d->max_conns, d->max_rejecting, d->max_per_addr, d->max_inflight,
       d->max_out_bytes, d->sndbuf, d->header_timeout, d->idle_timeout,
       d->write_timeout, d->min_send_rate, d->linger, d->max_rounds, d->max_wait,
       d->max_url, d->max_head, d->max_body, d->budget, d->heavy_rounds);
+  fprintf(f,
+          "  --light-ms MS         run time of light work one connection may "
+          "spend a\n"
+          "                        second, measured; past it, its /work "
+          "runs in the\n"
+          "                        bulk group until the budget has "
+          "refilled; 0 = no\n"
+          "                        budget (default %" PRIu64
+          ")\n"
+          "Prints \"listening on http://ADDR:PORT\" once bound; stops on\n"
+          "SIGINT or SIGTERM and exits 0 only if every check held.\n",
+          d->light_ms);
 }
 
 
@@ -2483,7 +2733,28 @@ static const limits_t default_limits = {
     .concurrency = 0, /* --threads */
     .budget = 0,
     .heavy_rounds = 10000, /* ~3 ms here: three time slices. */
+    .light_ms = 10,        /* 1 % of a thread a connection. */
 };
+
+
+/* What a round of /work takes here, to start with: the best of three
+ * runs of COST_ROUNDS rounds. The /work that run later refine it
+ * (conn_light_settle()). */
+static uint64_t round_cost(void) {
+  unsigned char digest[SHA256_DIGEST_LENGTH];
+  uint64_t best = UINT64_MAX, t;
+  int i;
+
+  for (i = 0; i < 3; i++) {
+    t = uv_hrtime();
+    sha256_iterate("cost", 4, COST_ROUNDS, digest);
+    t = uv_hrtime() - t;
+    if (t < best)
+      best = t;
+  }
+  best /= COST_ROUNDS + 1;
+  return best > 0 ? best : 1;
+}
 
 
 static uint64_t parse_number(const char* s,
@@ -2563,6 +2834,7 @@ int main(int argc, char** argv) {
       {"--concurrency", offsetof(limits_t, concurrency), 1, 1024},
       {"--budget", offsetof(limits_t, budget), 0, 1000000},
       {"--heavy-rounds", offsetof(limits_t, heavy_rounds), 0, 100000000},
+      {"--light-ms", offsetof(limits_t, light_ms), 0, 1000},
   };
   server_t* s = &server;
   const char* host = "127.0.0.1";
@@ -2659,6 +2931,7 @@ int main(int argc, char** argv) {
     fprintf(stderr, "http-pipeline: libcrypto has no SHA-256\n");
     return 1;
   }
+  s->ns_per_round = round_cost();
   s->loop = uv_default_loop();
   s->loop_thread = uv_thread_self();
   atomic_init(&s->order_violations, 0);
