@@ -1,8 +1,11 @@
 /* A worker's queue and its custody of tasks: the queue (a lock-free inbox
- * in front of an unlinkable FIFO); the idle/busy hand-off that makes a
- * worker ready once, however many producers push; the ready order; and
- * the hand-back that ends custody. (The pin that keeps a worker from
- * completing its close under a caller is hazard.c's.)
+ * in front of an unlinkable FIFO, a wide worker's intake, filing under a
+ * key, and its exits: the one way a queued task is taken out other than
+ * by a drain, and the oldest-first take); the idle/busy hand-off that
+ * makes a worker ready once, however many producers push; and the
+ * hand-back that ends custody. (The ready lists the hand-off fills are
+ * ready.c's; the pin that keeps a worker from completing its close under
+ * a caller is hazard.c's.)
  *
  * The queue: the inbox is Vyukov's intrusive MPSC queue: a producer swaps
  * itself in as the tail (one atomic exchange) and then links its
