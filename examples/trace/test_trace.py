@@ -11,7 +11,10 @@
          flows: as many as the schedule calls the program made from inside
          a run_cb, each start with its one end, the start inside the
          parent's run where the task was accepted, the end inside the
-         task's run that followed, on another worker than the parent's
+         task's run that followed, on another worker than the parent's,
+         and no other slice of the track between each run's start and the
+         flow's end in it, so that chrome://tracing and Perfetto both bind
+         the flow to those two runs
   lost   the same program with 16 records per thread: events are lost and
          counted, and what was written is still a valid trace whose spans
          all close and whose flows all end, each from a run to a run; some
@@ -138,10 +141,21 @@ def check_flows(events):
     """Each flow: one "s" and one "f" of the same id, cat and name; the "s"
     inside the parent's run, where its task was accepted (its queued span
     starts there), the "f" bound to the enclosing slice 1 ns into the
-    task's next run (the one its queued span ends at). Returns the starts,
+    task's next run (the one its queued span ends at). And each end binds
+    to its run in both viewers: chrome://tracing takes the innermost slice
+    of non-zero length around the event's ts, Perfetto the slice begun
+    last on the track before it (an instant is a slice there, and stays on
+    top until the next slice begins), so no other event of the track may
+    lie between the run's start and the flow's end. Returns the starts,
     which stand for their ACCEPTED events."""
     runs = of(events, "X", "run")
     queued = of(events, "X", "queued")
+    slices = [e for e in events if e["ph"] in ("X", "i")]
+
+    def alone(run, ts):
+        return not any(e is not run and e["tid"] == run["tid"] and
+                       run["ts"] <= e["ts"] <= ts for e in slices)
+
     by_id = collections.defaultdict(list)
     for e in events:
         if e["ph"] in ("s", "f"):
@@ -161,10 +175,14 @@ def check_flows(events):
         check(p is not None and p["args"]["task"] == parent and
               p["ts"] < s["ts"] < p["ts"] + p["dur"],
               "flow %r of %s starts in no run of %s" % (fid, task, parent))
+        check(alone(p, s["ts"]), "flow %r of %s: another slice between its "
+              "start and its run's" % (fid, task))
         c = run_at(runs, f["tid"], f["ts"])
         check(c is not None and c["args"]["task"] == task and
               c["ts"] < f["ts"] <= c["ts"] + 0.001 + EPS,
               "flow %r of %s ends 1 ns into no run of it" % (fid, task))
+        check(alone(c, f["ts"]), "flow %r of %s: another slice between its "
+              "end and its run's start" % (fid, task))
         check(any(q["args"]["task"] == task and abs(q["ts"] - s["ts"]) <= EPS
                   and abs(q["ts"] + q["dur"] - c["ts"]) <= EPS
                   for q in queued),

@@ -36,8 +36,9 @@
  *   scheduled the task, to the task's next run: an "s" event inside the
  *   one and an "f" event inside the other, with the same id;
  * - "accepted" and "handed back": instant events on the thread where they
- *   happened, the latter with the status; an ACCEPTED that starts a flow is
- *   the flow's "s" instead.
+ *   happened, the latter with the status; an ACCEPTED made inside a run_cb
+ *   is the flow's "s" instead, or, if its flow cannot be drawn, only the
+ *   start of its queued span.
  *
  * Usage: example-trace [FILE [RECORDS_PER_THREAD]]: FILE defaults to
  * trace.json. The program prints the counts it expects (from its own
@@ -451,20 +452,17 @@ static void put_queued(FILE* f, int* first, span_t* spans, size_t n) {
  * trace: "s" on the parent's thread at the task's ACCEPTED, inside the
  * parent's run, and "f" with "bp":"e" (bind to the enclosing slice) 1 ns
  * into the task's run, so that every viewer sorts it after the run's
- * start. The flow's "s" stands for the ACCEPTED: an "accepted"
- * instant there would be, for Perfetto, the slice the next flow of that
- * run starts from. An ACCEPTED whose flow is not drawn (the task never
- * ran, or a run was lost) is written as an instant after all. */
-static void put_flows(FILE* f,
-                      int* first,
-                      ev_t* evs,
-                      size_t nev,
-                      const flow_t* flows,
-                      size_t nflows) {
+ * start. The flow's "s" stands for the ACCEPTED, which gets no
+ * "accepted" instant: for Perfetto, an instant inside the run would be the
+ * slice that the run's next flow starts from. An ACCEPTED made inside a
+ * run whose flow is not drawn (the task never ran, or a run was lost) has
+ * neither, for the same reason: its queued span still starts at it. */
+static void put_flows(
+    FILE* f, int* first, const ev_t* evs, const flow_t* flows, size_t nflows) {
   size_t i;
 
   for (i = 0; i < nflows; i++) {
-    ev_t* a = &evs[flows[i].acc];
+    const ev_t* a = &evs[flows[i].acc];
     const ev_t* parent = &evs[a->run];
     const ev_t* child = &evs[flows[i].run];
     uint64_t in;
@@ -488,11 +486,7 @@ static void put_flows(FILE* f,
             ",\"pid\":1,"
             "\"tid\":%d,\"ts\":%.3f}",
             a->r.seq, child->tid, us(in));
-    a->run = -1; /* drawn */
   }
-  for (i = 0; i < nev; i++)
-    if (evs[i].r.event == UVS_EV_ACCEPTED && evs[i].run >= 0)
-      put_instant(f, first, &evs[i], "accepted");
 }
 /* trace: flows ends */
 
@@ -562,7 +556,7 @@ static uint64_t write_trace(const char* path, trace_t* tr) {
       case UVS_EV_ACCEPTED:
         /* Made by a run_cb: inside that task's run, on this thread. */
         if (e->r.parent != NULL && run >= 0 && evs[run].r.task == e->r.parent)
-          e->run = run; /* its instant waits for put_flows */
+          e->run = run; /* no instant: put_flows */
         else
           put_instant(f, &first, e, "accepted");
         if (job != NULL)
@@ -609,7 +603,7 @@ static uint64_t write_trace(const char* path, trace_t* tr) {
     }
   }
   put_queued(f, &first, spans, nspans);
-  put_flows(f, &first, evs, nev, flows, nflows);
+  put_flows(f, &first, evs, flows, nflows);
 
   /* Track names, threads first, then each worker's queue tracks. */
   for (k = 0; k < nthreads; k++) {
