@@ -471,20 +471,17 @@ static void put_flows(
       continue;
     in = child->r.ns + (child->end - child->r.ns >= 2);
     put_sep(f, first);
-    fprintf(f,
-            "{\"ph\":\"s\",\"cat\":\"flow\",\"name\":\"schedule\","
-            "\"id\":%" PRIu64
-            ",\"pid\":1,\"tid\":%d,\"ts\":%.3f,"
-            "\"args\":{\"task\":\"%s\",\"worker\":\"%s\","
-            "\"parent\":\"%s\"}}",
-            a->r.seq, a->tid, us(a->r.ns), task_name(&a->r),
-            ((wk_t*) a->r.worker)->name, task_name(&parent->r));
+    fprintf(
+        f,
+        "{\"ph\":\"s\",\"cat\":\"flow\",\"name\":\"schedule\",\"id\":%" PRIu64
+        ",\"pid\":1,\"tid\":%d,\"ts\":%.3f,\"args\":{\"task\":\"%s\","
+        "\"worker\":\"%s\",\"parent\":\"%s\"}}",
+        a->r.seq, a->tid, us(a->r.ns), task_name(&a->r),
+        ((wk_t*) a->r.worker)->name, task_name(&parent->r));
     put_sep(f, first);
     fprintf(f,
-            "{\"ph\":\"f\",\"bp\":\"e\",\"cat\":\"flow\","
-            "\"name\":\"schedule\",\"id\":%" PRIu64
-            ",\"pid\":1,"
-            "\"tid\":%d,\"ts\":%.3f}",
+            "{\"ph\":\"f\",\"bp\":\"e\",\"cat\":\"flow\",\"name\":\"schedule\","
+            "\"id\":%" PRIu64 ",\"pid\":1,\"tid\":%d,\"ts\":%.3f}",
             a->r.seq, child->tid, us(in));
   }
 }
