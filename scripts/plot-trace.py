@@ -9,9 +9,12 @@ pool's), with their "run" spans; then each worker's queue tracks, with its
 "queued" spans (accepted to started, or to handed back for a task that
 never ran, drawn hatched). Spans are coloured by worker. Ticks on a thread
 row mark "accepted" events, triangles on the loop thread "handed back".
-Runs shorter than MIN_MS are drawn MIN_MS wide, so that the loop thread's
-short ones show. A development step, not a CI one: the PNG is committed. Needs matplotlib
-(Debian: python3-matplotlib).
+Flows (a "s" and a "f" event of one id) are arrows, coloured by the
+scheduled task's worker, from the tick where a run scheduled the task to
+the start of the task's run. Runs shorter than MIN_MS are drawn MIN_MS
+wide, so that the loop thread's short ones show. A development step, not a
+CI one: the PNG is committed. Needs matplotlib (Debian:
+python3-matplotlib; scripts/setup.sh's uvs_install_pkgs installs it).
 """
 
 import argparse
@@ -56,11 +59,23 @@ def main():
             ax.broken_barh([(x, w)], (y - 0.3, 0.6), facecolors=color,
                            alpha=0.45, hatch="///" if unrun else None,
                            edgecolors=color, linewidth=0.3)
+    starts = {e["id"]: e for e in events if e["ph"] == "s"}
     for e in events:
-        if e["ph"] != "i":
+        if e["ph"] != "f" or e["id"] not in starts:
+            continue
+        s = starts[e["id"]]
+        ax.annotate("", xy=(e["ts"] / 1e3, row[e["tid"]]),
+                    xytext=(s["ts"] / 1e3, row[s["tid"]]),
+                    arrowprops=dict(arrowstyle="-|>", mutation_scale=7,
+                                    color=COLORS.get(s["args"]["worker"],
+                                                     "grey"),
+                                    linewidth=0.8, shrinkA=0, shrinkB=0,
+                                    connectionstyle="arc3,rad=-0.25"))
+    for e in events:
+        if e["ph"] not in ("i", "s"):  # a flow's start is an ACCEPTED
             continue
         y = row[e["tid"]]
-        if e["cat"] == "accepted":
+        if e["ph"] == "s" or e["cat"] == "accepted":
             ax.plot([e["ts"] / 1e3] * 2, [y - 0.45, y + 0.45], color="black",
                     linewidth=0.4)
         else:
@@ -74,7 +89,8 @@ def main():
     ax.legend(handles=[Patch(color=c, label=w) for w, c in COLORS.items()],
               title="worker", fontsize=8, loc="lower right")
     ax.set_title("examples/trace: run spans per thread, queued spans per "
-                 "worker", fontsize=10)
+                 "worker, arrows from a run to the tasks it scheduled",
+                 fontsize=10)
     fig.tight_layout()
     fig.savefig(a.output, dpi=110)
     return 0

@@ -1,25 +1,29 @@
-/* Tracing tasks with a hook: every task's life as a Chrome trace.
+/* Tracing tasks with a hook: every task's life as a Chrome trace, with an
+ * arrow from each task to the tasks it scheduled.
  *
  * A scheduler with a hook (uvs_sched_options_t's hook and hook_arg) runs a
  * small but realistic mix on libuv's pool of POOL threads and on the loop:
  *
- * - "keyed", a width-4 pool worker ordered per key: requests arrive from a
- *   timer, two every ARRIVAL_MS, each taking 2 to 5 ms;
- * - "ingest", a serial pool worker: a parse task per arrival (3 ms), which
- *   schedules its reply onto the loop worker from its own run_cb, and a few
- *   posts;
+ * - "ingest", a serial pool worker: a timer brings an arrival every
+ *   ARRIVAL_MS, and with it a parse task (3 ms), which schedules follow-up
+ *   work onto other workers from its own run_cb: after 1 ms of parsing,
+ *   PER_ARRIVAL keyed requests onto "keyed", and at its end a reply onto
+ *   "loop"; and a few posts;
+ * - "keyed", a width-4 pool worker ordered per key: the parses' requests,
+ *   each taking 2 to 5 ms;
  * - "batch", a serial pool worker with delayed flushes, one of them
  *   cancelled before it falls due;
  * - "loop", a loop worker: a periodic tick that cancels itself after TICKS
  *   runs, the replies, and a few posts.
  *
  * The hook only appends a record (the event, its worker and task, the
- * time) to a buffer of the thread that calls it: no lock, no allocation,
- * no I/O. Each thread takes one of MAX_THREADS preallocated buffers of
- * `cap` records the first time it calls the hook; an event that finds its
- * buffer full (or no buffer left) is not recorded but counted as dropped.
- * Once uv_run has returned, the loop thread pairs the records into spans
- * and writes them as Chrome trace-event JSON, which Perfetto
+ * time, and for UVS_EV_ACCEPTED the task whose run_cb made the call, from
+ * uvs_current_task) to a buffer of the thread that calls it: no lock, no
+ * allocation, no I/O. Each thread takes one of MAX_THREADS preallocated
+ * buffers of `cap` records the first time it calls the hook; an event that
+ * finds its buffer full (or no buffer left) is not recorded but counted as
+ * dropped. Once uv_run has returned, the loop thread pairs the records into
+ * spans and writes them as Chrome trace-event JSON, which Perfetto
  * (ui.perfetto.dev) and chrome://tracing open:
  *
  * - "run" (cat "run"): STARTED to ENDED, an "X" event on the track of the
@@ -28,8 +32,13 @@
  *   task handed back unrun, on a track of its worker (a worker has as many
  *   queue tracks as it had tasks waiting at once, so that the spans of a
  *   track never overlap);
+ * - a flow (cat "flow", name "schedule"): from the parent's run, where it
+ *   scheduled the task, to the task's next run: an "s" event inside the
+ *   one and an "f" event inside the other, with the same id;
  * - "accepted" and "handed back": instant events on the thread where they
- *   happened, the latter with the status.
+ *   happened, the latter with the status; an ACCEPTED made inside a run_cb
+ *   is the flow's "s" instead, or, if its flow cannot be drawn, only the
+ *   start of its queued span.
  *
  * Usage: example-trace [FILE [RECORDS_PER_THREAD]]: FILE defaults to
  * trace.json. The program prints the counts it expects (from its own
@@ -55,6 +64,7 @@
 #define NPOSTS 3      /* posts onto "ingest" and onto "loop", each */
 #define NREQS (ARRIVALS * PER_ARRIVAL)
 #define NJOBS (NREQS + 2 * ARRIVALS + NFLUSH + 1) /* with a done_cb */
+#define NCHILDREN (NREQS + ARRIVALS) /* scheduled from a run_cb: flows */
 
 /* trace: buffers begins */
 #define MAX_THREADS 16   /* the loop thread and libuv's pool */
@@ -65,6 +75,7 @@ typedef struct rec_s {
   uint64_t ns;          /* uv_hrtime() in the hook */
   uvs_worker_t* worker; /* never NULL */
   uvs_task_t* task;     /* NULL for posts, and the ENDED of a done-less task */
+  uvs_task_t* parent;   /* ACCEPTED: the task whose run_cb scheduled it */
   uvs_event_t event;
   int status;
 } rec_t;
@@ -101,7 +112,10 @@ static tbuf_t* take_buf(trace_t* tr) {
 /* trace: hook begins */
 /* The hook: on the thread of the event, so it must not block. One atomic
  * add (the sequence number), a copy, and a release store of the buffer's
- * count, which only this thread writes. It calls no uvs_ function. */
+ * count, which only this thread writes. The one uvs_ function it calls,
+ * uvs_current_task, reads a thread-local: an ACCEPTED inside a run_cb
+ * gets the running task, the parent; one made anywhere else (a timer
+ * callback, main, a post's fn) gets NULL. */
 static void trace_hook(uvs_worker_t* worker,
                        uvs_task_t* task,
                        uvs_event_t event,
@@ -124,6 +138,7 @@ static void trace_hook(uvs_worker_t* worker,
   b->recs[i].task = task;
   b->recs[i].event = event;
   b->recs[i].status = status;
+  b->recs[i].parent = event == UVS_EV_ACCEPTED ? uvs_current_task() : NULL;
   atomic_store_explicit(&b->n, i + 1, memory_order_release);
 }
 /* trace: hook ends */
@@ -173,11 +188,18 @@ static int ndone;
 static int ncancelled;
 static atomic_int nruns;     /* run_cb and post calls */
 static atomic_int naccepted; /* schedule and post calls that returned 0 */
+static atomic_int nchildren; /* ... of them made from inside a run_cb */
 
 
 static void accepted(int rc) {
   CHECK(rc);
   atomic_fetch_add(&naccepted, 1);
+}
+
+
+static void child(int rc) { /* a schedule call made by a task's run_cb */
+  accepted(rc);
+  atomic_fetch_add(&nchildren, 1);
 }
 
 
@@ -214,12 +236,25 @@ static void reply_run(uvs_task_t* task) { /* loop thread: short */
 }
 
 
+/* A parse schedules its follow-ups onto other workers from its own run_cb:
+ * the hook's ACCEPTED of each runs on this pool thread, inside this run,
+ * where uvs_current_task() is this task. */
 static void parse_run(uvs_task_t* task) {
   job_t* job = (job_t*) task;
+  int id = (int) (job - parses);
+  int i;
 
-  work(job->run_ms);
-  /* ACCEPTED of the reply: on this pool thread, inside this run. */
-  accepted(uvs_schedule(&wks[LOOP].worker, &replies[job - parses].task));
+  EXPECT(uvs_current_task() == task);
+  atomic_fetch_add(&nruns, 1);
+  uv_sleep(1);
+  for (i = 0; i < PER_ARRIVAL; i++) {
+    job_t* req = &reqs[id * PER_ARRIVAL + i];
+
+    CHECK(uvs_task_set_key(&req->task, req->key));
+    child(uvs_schedule(&wks[KEYED].worker, &req->task));
+  }
+  uv_sleep(job->run_ms - 1);
+  child(uvs_schedule(&wks[LOOP].worker, &replies[id].task));
 }
 
 
@@ -230,6 +265,7 @@ static void flush_run(uvs_task_t* task) {
 
 static void post_run(void* arg) {
   (void) arg;
+  EXPECT(uvs_current_task() == NULL); /* a post's fn is no task's run_cb */
   atomic_fetch_add(&nruns, 1);
 }
 
@@ -244,16 +280,10 @@ static void tick_run(uvs_task_t* task) { /* loop thread, every TICK_MS */
 }
 
 
-/* Work arrives (loop thread): PER_ARRIVAL keyed requests and a parse. */
+/* Work arrives (loop thread): a parse, which schedules the rest. A timer
+ * callback runs no task: this ACCEPTED has no parent. */
 static void arrive(uv_timer_t* timer) {
-  int i;
-
-  for (i = 0; i < PER_ARRIVAL; i++) {
-    job_t* req = &reqs[narrivals * PER_ARRIVAL + i];
-
-    CHECK(uvs_task_set_key(&req->task, req->key));
-    accepted(uvs_schedule(&wks[KEYED].worker, &req->task));
-  }
+  EXPECT(uvs_current_task() == NULL);
   accepted(uvs_schedule(&wks[INGEST].worker, &parses[narrivals].task));
   if (++narrivals == ARRIVALS)
     uv_close((uv_handle_t*) timer, NULL);
@@ -296,8 +326,16 @@ static void start_work(uv_loop_t* loop) {
 
 typedef struct ev_s {
   rec_t r;
-  int tid; /* the buffer's index: the thread's track */
+  int tid;      /* the buffer's index: the thread's track */
+  long run;     /* ACCEPTED: the STARTED of its parent's run, or -1 */
+  uint64_t end; /* STARTED: its ENDED's time once the run is written, or 0 */
 } ev_t;
+
+/* A task scheduled from inside a run_cb, and the run it led to. */
+typedef struct flow_s {
+  long acc; /* its ACCEPTED, whose run is the parent's */
+  long run; /* its STARTED */
+} flow_t;
 
 typedef struct span_s {
   uint64_t start, end;
@@ -409,18 +447,61 @@ static void put_queued(FILE* f, int* first, span_t* spans, size_t n) {
 }
 
 
+/* trace: flows begins */
+/* A flow per task scheduled from inside a run_cb, if both runs are in the
+ * trace: "s" on the parent's thread at the task's ACCEPTED, inside the
+ * parent's run, and "f" with "bp":"e" (bind to the enclosing slice) 1 ns
+ * into the task's run, so that every viewer sorts it after the run's
+ * start. The flow's "s" stands for the ACCEPTED, which gets no
+ * "accepted" instant: for Perfetto, an instant inside the run would be the
+ * slice that the run's next flow starts from. An ACCEPTED made inside a
+ * run whose flow is not drawn (the task never ran, or a run was lost) has
+ * neither, for the same reason: its queued span still starts at it. */
+static void put_flows(
+    FILE* f, int* first, const ev_t* evs, const flow_t* flows, size_t nflows) {
+  size_t i;
+
+  for (i = 0; i < nflows; i++) {
+    const ev_t* a = &evs[flows[i].acc];
+    const ev_t* parent = &evs[a->run];
+    const ev_t* child = &evs[flows[i].run];
+    uint64_t in;
+
+    if (parent->end == 0 || child->end == 0)
+      continue;
+    in = child->r.ns + (child->end - child->r.ns >= 2);
+    put_sep(f, first);
+    fprintf(
+        f,
+        "{\"ph\":\"s\",\"cat\":\"flow\",\"name\":\"schedule\",\"id\":%" PRIu64
+        ",\"pid\":1,\"tid\":%d,\"ts\":%.3f,\"args\":{\"task\":\"%s\","
+        "\"worker\":\"%s\",\"parent\":\"%s\"}}",
+        a->r.seq, a->tid, us(a->r.ns), task_name(&a->r),
+        ((wk_t*) a->r.worker)->name, task_name(&parent->r));
+    put_sep(f, first);
+    fprintf(f,
+            "{\"ph\":\"f\",\"bp\":\"e\",\"cat\":\"flow\",\"name\":\"schedule\","
+            "\"id\":%" PRIu64 ",\"pid\":1,\"tid\":%d,\"ts\":%.3f}",
+            a->r.seq, child->tid, us(in));
+  }
+}
+/* trace: flows ends */
+
+
 /* trace: write begins */
 /* Pairs the records in the order they happened: ACCEPTED with the task's
  * next STARTED (or its HANDED_BACK if it never ran) into a queued span,
- * STARTED with the next ENDED of the same thread into a run span. Returns
- * the number of events lost to full buffers. */
+ * and, if a run_cb made the ACCEPTED, into a flow from that run; STARTED
+ * with the next ENDED of the same thread into a run span. Returns the
+ * number of events lost to full buffers. */
 static uint64_t write_trace(const char* path, trace_t* tr) {
   int nthreads = atomic_load(&tr->nbufs);
-  size_t nev = 0, nspans = 0, i;
+  size_t nev = 0, nspans = 0, nflows = 0, i;
   uint64_t lost = atomic_load(&tr->none.lost);
   long open_run[MAX_THREADS]; /* each thread's STARTED not yet ended */
   ev_t* evs;
   span_t* spans;
+  flow_t* flows;
   FILE* f;
   int first = 1;
   int k;
@@ -431,14 +512,17 @@ static uint64_t write_trace(const char* path, trace_t* tr) {
     nev += atomic_load_explicit(&tr->bufs[k].n, memory_order_acquire);
   evs = malloc((nev + 1) * sizeof(*evs));
   spans = malloc((nev + 1) * sizeof(*spans));
-  EXPECT(evs != NULL && spans != NULL);
+  flows = malloc((nev + 1) * sizeof(*flows));
+  EXPECT(evs != NULL && spans != NULL && flows != NULL);
   nev = 0;
   for (k = 0; k < nthreads; k++) {
     size_t n = atomic_load_explicit(&tr->bufs[k].n, memory_order_acquire);
 
     for (i = 0; i < n; i++) {
       evs[nev].r = tr->bufs[k].recs[i];
-      evs[nev++].tid = k;
+      evs[nev].tid = k;
+      evs[nev].run = -1;
+      evs[nev++].end = 0;
     }
     lost += atomic_load(&tr->bufs[k].lost);
     open_run[k] = -1;
@@ -463,10 +547,15 @@ static uint64_t write_trace(const char* path, trace_t* tr) {
     wk_t* wk = (wk_t*) e->r.worker;
     job_t* job = (job_t*) e->r.task; /* NULL for a post */
     long acc = -1;
+    long run = open_run[e->tid];
 
     switch (e->r.event) {
       case UVS_EV_ACCEPTED:
-        put_instant(f, &first, e, "accepted");
+        /* Made by a run_cb: inside that task's run, on this thread. */
+        if (e->r.parent != NULL && run >= 0 && evs[run].r.task == e->r.parent)
+          e->run = run; /* no instant: put_flows */
+        else
+          put_instant(f, &first, e, "accepted");
         if (job != NULL)
           job->accepted = (long) i;
         else
@@ -482,11 +571,14 @@ static uint64_t write_trace(const char* path, trace_t* tr) {
         }
         if (acc >= 0) /* a periodic task's later runs have none */
           spans[nspans++] = (span_t){evs[acc].r.ns, e->r.ns, wk, job, 0};
+        if (acc >= 0 && evs[acc].run >= 0)
+          flows[nflows++] = (flow_t){acc, (long) i};
         break;
       case UVS_EV_ENDED:
-        if (open_run[e->tid] >= 0) { /* its STARTED was not lost */
-          ev_t* s = &evs[open_run[e->tid]];
+        if (run >= 0) { /* its STARTED was not lost */
+          ev_t* s = &evs[run];
 
+          s->end = e->r.ns;
           put_sep(f, &first);
           fprintf(f,
                   "{\"ph\":\"X\",\"cat\":\"run\",\"name\":\"%s\",\"pid\":1,"
@@ -508,6 +600,7 @@ static uint64_t write_trace(const char* path, trace_t* tr) {
     }
   }
   put_queued(f, &first, spans, nspans);
+  put_flows(f, &first, evs, flows, nflows);
 
   /* Track names, threads first, then each worker's queue tracks. */
   for (k = 0; k < nthreads; k++) {
@@ -533,6 +626,7 @@ static uint64_t write_trace(const char* path, trace_t* tr) {
   }
   fprintf(f, "\n],\"otherData\":{\"lost_events\":%" PRIu64 "}}\n", lost);
   EXPECT(fclose(f) == 0);
+  free(flows);
   free(spans);
   free(evs);
   return lost;
@@ -584,13 +678,17 @@ int main(int argc, char** argv) {
   /* The scheduler's close has completed: every hook call is over. */
   lost = write_trace(path, &trace);
 
-  printf("expected: accepted=%d runs=%d handed_back=%d cancelled=%d\n",
-         atomic_load(&naccepted), atomic_load(&nruns), ndone, ncancelled);
+  printf(
+      "expected: accepted=%d runs=%d handed_back=%d cancelled=%d "
+      "flows=%d\n",
+      atomic_load(&naccepted), atomic_load(&nruns), ndone, ncancelled,
+      atomic_load(&nchildren));
   printf("wrote %s: %d threads, %" PRIu64 " events lost\n", path,
          atomic_load(&trace.nbufs) < MAX_THREADS ? atomic_load(&trace.nbufs)
                                                  : MAX_THREADS,
          lost);
   EXPECT(ndone == NJOBS && ncancelled == 2 && nticks == TICKS);
+  EXPECT(atomic_load(&nchildren) == NCHILDREN);
   EXPECT(atomic_load(&nruns) ==
          NREQS + 2 * ARRIVALS + NFLUSH - 1 + TICKS + 2 * NPOSTS);
   for (k = 0; k < MAX_THREADS; k++) free(trace.bufs[k].recs);
