@@ -7,9 +7,10 @@
  *       from a loop run_cb. The check reads the clock once, so the ratio
  *       is what it costs beyond that.
  *   c2  a 2 s task on a pool worker that spins 100 us (its thread's CPU
- *       time) between two checks and returns on UV_ECANCELED. A timer on
- *       the loop thread, 1 or 2 ms after the task said it began, plus a
- *       random 0-99 us, calls uvs_task_interrupt: from that call to
+ *       time) between two checks and returns on UV_ECANCELED. A 1 ms
+ *       timer on the loop thread, started when the task said it began
+ *       (1-2 ms: libuv counts whole ms), then a random 0-99 us of spin
+ *       there, and the loop calls uvs_task_interrupt: from that call to
  *       run_cb's return (stamped there), p50 and p99 over many trials. The
  *       interrupt lands at a random point of the task's check cycle, so
  *       the task is never run whole: each trial stops it within a few ms.
