@@ -89,6 +89,13 @@ typedef struct bench_cfg_s {
   size_t hooks_queued;    /* h2: tasks queued on the suspended worker */
   size_t hooks_rounds;    /* h3: latency samples per variant */
   unsigned hooks_spin_us; /* h3: the busy tasks ahead of each sample */
+
+  /* Long tasks that cooperate, 0.5 (scenarios-coop.c). */
+  size_t coop_checks;      /* c1: calls of each kind in one run_cb */
+  size_t coop_trials;      /* c2, c3: stops per system and repetition */
+  unsigned coop_long_ms;   /* c4: the long tasks (CPU time) */
+  unsigned coop_window_ms; /* c4: short tasks arrive this long ... */
+  unsigned coop_gap_us;    /* c4: ... one every this often */
 } bench_cfg_t;
 
 
@@ -455,6 +462,10 @@ int bench_keyed_run(bench_keyed_t* k, const char* where);
 
 /* ---- scenarios ---------------------------------------------------------- */
 
+void bench_c1_check_cost(const bench_cfg_t* cfg);    /* scenarios-coop.c */
+void bench_c2_interrupt(const bench_cfg_t* cfg);     /* scenarios-coop.c */
+void bench_c3_close_cancel(const bench_cfg_t* cfg);  /* scenarios-coop.c */
+void bench_c4_long_yield(const bench_cfg_t* cfg);    /* scenarios-coop.c */
 void bench_h1_hook_cost(const bench_cfg_t* cfg);     /* scenarios-hooks.c */
 void bench_h2_suspend(const bench_cfg_t* cfg);       /* scenarios-hooks.c */
 void bench_h3_barrier(const bench_cfg_t* cfg);       /* scenarios-hooks.c */

@@ -53,6 +53,18 @@ typedef struct scenario_s {
 } scenario_t;
 
 static const scenario_t scenarios[] = {
+    {"c1", "check-cost",
+     "0.5: uvs_task_check vs uv_hrtime(), in a pool and a loop run_cb",
+     bench_c1_check_cost},
+    {"c2", "interrupt",
+     "0.5: uvs_task_interrupt of a checking task to run_cb's return",
+     bench_c2_interrupt},
+    {"c3", "close-cancel",
+     "0.5: close with UVS_CANCEL of a worker running a checking task",
+     bench_c3_close_cancel},
+    {"c4", "long-yield",
+     "0.5: short tasks' start beside long tasks that yield, or don't",
+     bench_c4_long_yield},
     {"h1", "hooks-cost", "0.4: s1's and s3's loads with an empty hook vs none",
      bench_h1_hook_cost},
     {"h2", "suspend", "0.4: suspend + resume vs uvs_schedule; 10k queued vs 0",
@@ -335,9 +347,12 @@ static summary_t row_summary(const bench_row_t* r) {
 
 /* The table lists rows by scenario number, then in the order they were
  * made (s1 and s3 also make rows of s9, measured under their load). The
- * newest groups come first: the 0.4 groups rows (g1, g2, g3), the 0.3 rows
- * (r1, r2, ...), then the users' rows (u1, u2, ...). */
+ * newest groups come first: the 0.5 rows (c1, c2, ...), the 0.4 groups
+ * rows (g1, g2, g3), the 0.3 rows (r1, r2, ...), then the users' rows (u1,
+ * u2, ...). */
 static int row_scenario(const bench_row_t* r) {
+  if (r->id[0] == 'c')
+    return -4;
   if (r->id[0] == 'g')
     return -3;
   if (r->id[0] == 'r')
@@ -876,6 +891,11 @@ static void cfg_full(bench_cfg_t* c) {
   c->hooks_queued = 10000;
   c->hooks_rounds = 1000;
   c->hooks_spin_us = 200;
+  c->coop_checks = 10000000;
+  c->coop_trials = 1000;
+  c->coop_long_ms = 50;
+  c->coop_window_ms = 500;
+  c->coop_gap_us = 250;
 }
 
 
@@ -937,6 +957,11 @@ static void cfg_smoke(bench_cfg_t* c) {
   c->hooks_queued = 10000;
   c->hooks_rounds = 20;
   c->hooks_spin_us = 200;
+  c->coop_checks = 100000;
+  c->coop_trials = 20;
+  c->coop_long_ms = 5;
+  c->coop_window_ms = 40;
+  c->coop_gap_us = 250;
 }
 
 
