@@ -17,7 +17,7 @@ enum {
   UVS__T_CANCELLED = 0x20,  /* a periodic task was cancelled while running */
   UVS__T_POST = 0x40,       /* library-owned node of uvs_post */
   UVS__T_DEFERRED = 0x80,   /* handed back while a run_cb of it executes */
-  UVS__T_BARRIER = 0x100,   /* a barrier on a wide worker (keys.c) */
+  UVS__T_BARRIER = 0x100,   /* a barrier (keys.c orders it on a wide worker) */
   UVS__T_UNCOUNTED = 0x200, /* queued past its key's count (uvs__due) */
   /* 0.5: uvs_task_interrupt reached its run_cb (cancel.c) */
   UVS__T_INTERRUPTED = 0x400,
