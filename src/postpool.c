@@ -255,12 +255,15 @@ uvs_task_t* uvs__post_node(uvs_sched_t* s,
   node->arg = arg;
   /* Everything accept_now() doesn't set, as uvs_task_init() would: a new
    * chunk's memory is malloc's. A post has no key (on a wide worker it is
-   * ordered by its start only); its state says claimed, as a task's does
-   * on its way in, since admission reads it (uvs__task_key); and it is in
-   * no keyed queue, which a close's sweep asks (keys.c). */
+   * ordered by its start only) and no expiry of its own (the top of its
+   * period, which accept_now() keeps: shedding reads it); its state says
+   * claimed, as a task's does on its way in, since admission reads it
+   * (uvs__task_key); and it is in no keyed queue, which a close's sweep
+   * asks (keys.c). */
   node->task.run_cb = post_run;
   node->task.done_cb = NULL;
   node->task.key = 0;
+  node->task.period = 0;
   __atomic_store_n(&node->task.state, UVS__T_CLAIMED, __ATOMIC_RELAXED);
   uvs__task_set_kready(&node->task, NULL);
   uvs__task_set_kent(&node->task, NULL);
