@@ -6,7 +6,11 @@
  *
  * GET /work?n=ROUNDS&id=TOKEN  hashes: d = SHA-256(TOKEN), then ROUNDS times
  *                              d = SHA-256(d); answers 200 with the body
- *                              "id=TOKEN n=ROUNDS sha256=HEX\n".
+ *                              "id=TOKEN n=ROUNDS sha256=HEX\n". The task
+ *                              hashes in chunks and cooperates between
+ *                              them: it gives its thread up when another
+ *                              worker waits, keeping its place, and stops
+ *                              when its connection closes (work_hash()).
  * GET /health                  answers 200 "ok\n" without any work.
  * GET /stats                   answers 200 with the server's counters (JSON).
  * HEAD of any of them          GET's answer, Content-Length included,
@@ -63,11 +67,14 @@
  * closing the connection; the server serves fresh work instead of work its
  * client has likely given up on.
  *
- * Closing: on a read error, a timeout or a write error the connection closes
- * its worker with UVS_CANCEL, so its queued work is handed back with
- * UV_ECANCELED and never runs, and a task already running finishes without
- * its answer being written. An EOF is a half-close: what was received is
- * still answered, then the server closes. The connection's memory is freed
+ * Closing: on a read error (a reset: the client is gone), a timeout, a write
+ * error or the server's stop, the connection interrupts the task it has
+ * running (uvs_task_interrupt), which stops at its next check, and closes
+ * its workers with UVS_CANCEL, so its queued work, a /work waiting for its
+ * next turn after a yield included, is handed back with UV_ECANCELED and
+ * never runs (again). Nothing of it is written. An EOF is a half-close: the
+ * client may still read, so what was received is still computed and
+ * answered, then the server closes. The connection's memory is freed
  * only after the worker's close callback and the TCP handle's close callback
  * have both run.
  *
@@ -118,6 +125,10 @@
 /* The /work whose run time measures what a round takes: long enough that
  * the rounds, not the task around them, are what is timed. */
 #define COST_ROUNDS 1000
+/* Rounds of /work between two uvs_task_check() calls (work_hash()): about
+ * 30 us here, so that a turn overruns its slice by that at most, and one
+ * clock read in 256 digests costs nothing measurable. */
+#define WORK_CHUNK 256
 /* The most conn_pending() can reach: --max-out-bytes, and the request
  * that takes the connection over it (dispatch()) with its answer. */
 #define OUT_BOUND(s) \
@@ -209,10 +220,18 @@ struct request_s {
   unsigned char heavy; /* Its work belongs in GROUP_BULK (request_heavy()). */
   unsigned char demoted; /* Light by its n, heavy by its connection's budget */
   unsigned char group;   /* The group_t of the worker it was scheduled on. */
+  unsigned char hashing; /* Its hashing has begun (work_hash()). */
   size_t reserve;        /* Bytes held against --max-out-bytes until freed. */
   uint64_t cost_ns;      /* What its run should take (request_cost()) ... */
   uint64_t charge_ns;    /* ... and took from the light budget, if it did. */
-  uint64_t run_ns;       /* What its run took (work_run()). */
+  uint64_t run_ns;       /* What its runs took (work_run()). */
+  /* Loop thread only: the connection's next task in flight (conn_t's
+   * first_inflight). */
+  request_t* next_inflight;
+  /* How far its hashing has got (work_hash()), kept across the runs of a
+   * task that yields: the digest so far, in digest below, and the rounds
+   * made since the token's own digest (made when hashing became 1). */
+  uint64_t done_rounds;
   const char* body;
   conn_header_t conn_header;
   uint64_t rounds;
@@ -255,8 +274,12 @@ struct conn_s {
   /* Loop thread only. */
   unsigned refs; /* The TCP handle, the worker, the timer, the flush list. */
   unsigned live; /* request_t alive, for the leak check. */
-  unsigned inflight;  /* Tasks on the worker, not yet handed back. */
-  group_t active;     /* The worker that holds them, while inflight. */
+  unsigned inflight; /* Tasks on the worker, not yet handed back. */
+  group_t active;    /* The worker that holds them, while inflight. */
+  /* Those tasks, oldest first (request_t.next_inflight), until the close,
+   * which interrupts the oldest the library still holds (conn_close()). */
+  request_t* first_inflight;
+  request_t* last_inflight;
   unsigned owed;      /* Requests parsed whose final answer is not out yet. */
   unsigned writes;    /* uv_write requests not yet called back. */
   size_t write_bytes; /* ... and the bytes of their buffers. */
@@ -388,6 +411,7 @@ struct server_s {
   uint64_t responses;
   uint64_t answer_bytes; /* Of the final answers, headers included. */
   uint64_t work_done;
+  uint64_t stopped; /* /work interrupted part way: the connection closed. */
   uint64_t cancelled;
   uint64_t shed;         /* /work answered 503: waited over --max-wait. */
   uint64_t dropped;      /* Ran, but the connection was gone: not written. */
@@ -426,6 +450,8 @@ struct server_s {
   atomic_uint_fast64_t overlaps;
   atomic_uint_fast64_t wrong_thread;
   atomic_uint_fast64_t misrouted; /* Heavy work run outside GROUP_BULK. */
+  atomic_uint_fast64_t started;   /* /work whose hashing began ... */
+  atomic_uint_fast64_t yields;    /* ... and its runs that yielded. */
 };
 
 static server_t server;
@@ -445,29 +471,49 @@ static void* xmalloc(size_t size) {
 }
 
 
-/* out = SHA-256(data), then `rounds` times out = SHA-256(out), with
- * libcrypto. On the pool threads: each call has its own context, and the
- * algorithm was fetched once at start, so no call looks it up again. */
+static void sha256_ok(int ok) {
+  if (!ok) {
+    fprintf(stderr, "http-pipeline: libcrypto's SHA-256 failed\n");
+    abort();
+  }
+}
+
+
+/* A digest context of its own for the calling thread, set to the SHA-256
+ * fetched once at start, so that no call looks the algorithm up again (the
+ * threads share nothing else). */
+static EVP_MD_CTX* sha256_ctx(void) {
+  EVP_MD_CTX* ctx = EVP_MD_CTX_new();
+  sha256_ok(ctx != NULL && EVP_DigestInit_ex2(ctx, server.sha256, NULL) == 1);
+  return ctx;
+}
+
+
+/* out = SHA-256(data); out may be data. */
+static void sha256_once(EVP_MD_CTX* ctx,
+                        const void* data,
+                        size_t len,
+                        unsigned char out[SHA256_DIGEST_LENGTH]) {
+  unsigned int n = 0;
+
+  sha256_ok(EVP_DigestInit_ex2(ctx, NULL, NULL) == 1 &&
+            EVP_DigestUpdate(ctx, data, len) == 1 &&
+            EVP_DigestFinal_ex(ctx, out, &n) == 1 && n == SHA256_DIGEST_LENGTH);
+}
+
+
+/* out = SHA-256(data), then `rounds` times out = SHA-256(out), in one go:
+ * --mode inline's /work, and round_cost(). A task's /work goes in chunks
+ * (work_hash()). */
 static void sha256_iterate(const void* data,
                            size_t len,
                            uint64_t rounds,
                            unsigned char out[SHA256_DIGEST_LENGTH]) {
-  EVP_MD_CTX* ctx = EVP_MD_CTX_new();
-  unsigned int n = 0;
-  int ok = ctx != NULL;
+  EVP_MD_CTX* ctx = sha256_ctx();
 
-  ok = ok && EVP_DigestInit_ex2(ctx, server.sha256, NULL) == 1 &&
-       EVP_DigestUpdate(ctx, data, len) == 1 &&
-       EVP_DigestFinal_ex(ctx, out, &n) == 1;
-  while (ok && rounds-- > 0)
-    ok = EVP_DigestInit_ex2(ctx, NULL, NULL) == 1 &&
-         EVP_DigestUpdate(ctx, out, SHA256_DIGEST_LENGTH) == 1 &&
-         EVP_DigestFinal_ex(ctx, out, &n) == 1;
+  sha256_once(ctx, data, len, out);
+  while (rounds-- > 0) sha256_once(ctx, out, SHA256_DIGEST_LENGTH, out);
   EVP_MD_CTX_free(ctx);
-  if (!ok || n != SHA256_DIGEST_LENGTH) {
-    fprintf(stderr, "http-pipeline: libcrypto's SHA-256 failed\n");
-    abort();
-  }
 }
 
 
@@ -1040,7 +1086,73 @@ static void conn_flush_soon(conn_t* conn) {
 }
 
 
-/* On a pool thread (--mode pool) or the loop thread (--mode loop). */
+/* work: cooperation begins */
+/* The hashing of a /work, in chunks of WORK_CHUNK rounds, asking uvsched
+ * between two chunks what it would like (uvs_task_check()):
+ *
+ * - 0: go on;
+ * - UV_EAGAIN: the turn's slice is spent and another worker waits for a
+ *   thread (on a loop worker: the slice is spent, and the loop waits).
+ *   uvs_task_yield() keeps the task's place at the head of its worker's
+ *   queue, and the run returns; at the worker's next turn work_run() is
+ *   called again, before any later request of the connection, whose
+ *   answers still wait behind this one;
+ * - UV_ECANCELED: stop. Its connection has closed (conn_close()
+ *   interrupts it, and closes its workers with UVS_CANCEL): nobody is left
+ *   to read the answer.
+ *
+ * Where it has got to lives in req, not on this stack: the digest so far
+ * and the rounds made. Each run takes up where the last one left off, and
+ * every chunk ends with req whole, so a yield (after which the task may be
+ * cancelled instead of run again) leaves nothing half done. Returns 0 once
+ * the digest is whole, UV_EAGAIN after a yield, UV_ECANCELED when told to
+ * stop. */
+static int work_hash(request_t* req) {
+  EVP_MD_CTX* ctx = sha256_ctx();
+  uint64_t i, n;
+  int rc;
+
+  if (!req->hashing) {
+    sha256_once(ctx, req->id, req->id_len, req->digest);
+    req->hashing = 1;
+  }
+  for (;;) {
+    n = req->rounds - req->done_rounds;
+    if (n > WORK_CHUNK)
+      n = WORK_CHUNK;
+    for (i = 0; i < n; i++)
+      sha256_once(ctx, req->digest, SHA256_DIGEST_LENGTH, req->digest);
+    req->done_rounds += n;
+    if (req->done_rounds == req->rounds) {
+      rc = 0;
+      break;
+    }
+    rc = uvs_task_check(&req->task);
+    if (rc == UV_EAGAIN) {
+      /* A one-shot task, in its own run_cb, not scheduled again: 0. */
+      if (uvs_task_yield(&req->task) != 0)
+        abort();
+      break;
+    }
+    if (rc == UV_ECANCELED)
+      break;
+    if (rc != 0)
+      abort(); /* UV_EINVAL: not in its own run_cb, which it is. */
+  }
+  EVP_MD_CTX_free(ctx);
+  return rc;
+}
+/* work: cooperation ends */
+
+
+/* Its digest is whole: the hashing ran to its end (not stopped). */
+static int work_finished(const request_t* req) {
+  return req->hashing && req->done_rounds == req->rounds;
+}
+
+
+/* On a pool thread (--mode pool) or the loop thread (--mode loop). Called
+ * again for each turn of a /work that yields (work_hash()). */
 static void work_run(uvs_task_t* task) {
   request_t* req = (request_t*) task;
   conn_t* conn = req->conn;
@@ -1051,12 +1163,19 @@ static void work_run(uvs_task_t* task) {
 
   if (atomic_exchange(&conn->busy, 1))
     atomic_fetch_add(&s->overlaps, 1);
-  /* With --max-wait, the tasks shed before this one never ran: the runs
-   * only go forward (work_done() checks that none is lost). */
-  if (req->tseq < conn->next_run ||
-      (req->tseq != conn->next_run && s->lim.max_wait == 0))
-    atomic_fetch_add(&s->order_violations, 1);
-  conn->next_run = req->tseq + 1;
+  if (req->hashing) {
+    /* Again after a yield: the task kept its place, so nothing of its
+     * connection has run since its last run. */
+    if (req->tseq + 1 != conn->next_run)
+      atomic_fetch_add(&s->order_violations, 1);
+  } else {
+    /* With --max-wait, the tasks shed before this one never ran: the runs
+     * only go forward (work_done() checks that none is lost). */
+    if (req->tseq < conn->next_run ||
+        (req->tseq != conn->next_run && s->lim.max_wait == 0))
+      atomic_fetch_add(&s->order_violations, 1);
+    conn->next_run = req->tseq + 1;
+  }
   if (on_loop != (conn->workers[req->group].where == UVS_LOOP))
     atomic_fetch_add(&s->wrong_thread, 1);
   /* Heavy work must never take the thread kept for light work. */
@@ -1066,9 +1185,13 @@ static void work_run(uvs_task_t* task) {
   /* HEAD: the body is not sent, and its length does not depend on the
    * digest. */
   start = uv_hrtime();
-  if (req->kind == ANS_WORK && !req->head)
-    sha256_iterate(req->id, req->id_len, req->rounds, req->digest);
-  req->run_ns = uv_hrtime() - start; /* Read by work_done(), after. */
+  if (req->kind == ANS_WORK && !req->head) {
+    if (!req->hashing)
+      atomic_fetch_add(&s->started, 1);
+    if (work_hash(req) == UV_EAGAIN)
+      atomic_fetch_add(&s->yields, 1);
+  }
+  req->run_ns += uv_hrtime() - start; /* Read by work_done(), after. */
 
   atomic_store(&conn->busy, 0);
 }
@@ -1086,7 +1209,7 @@ static void conn_light_settle(conn_t* conn, request_t* req, int status) {
     return;
   if (req->group == GROUP_INTERACTIVE && s->lim.light_ms != 0)
     conn->light_credit -= (int64_t) req->run_ns;
-  if (req->kind == ANS_WORK && !req->head && req->rounds >= COST_ROUNDS) {
+  if (work_finished(req) && req->rounds >= COST_ROUNDS) {
     sample = (int64_t) (req->run_ns / (req->rounds + 1));
     sample =
         (int64_t) s->ns_per_round + (sample - (int64_t) s->ns_per_round) / 16;
@@ -1095,13 +1218,38 @@ static void conn_light_settle(conn_t* conn, request_t* req, int status) {
 }
 
 
-/* On the loop thread, once the task is handed back. */
+/* Takes req out of its connection's tasks in flight. It is the oldest
+ * (SPEC guarantee 3: they come back in order) unless the connection is
+ * closing, and then the list is gone already (conn_close()). */
+static void conn_untrack(conn_t* conn, request_t* req) {
+  request_t** p = &conn->first_inflight;
+  request_t* prev = NULL;
+
+  while (*p != NULL && *p != req) {
+    prev = *p;
+    p = &prev->next_inflight;
+  }
+  if (*p == NULL)
+    return;
+  *p = req->next_inflight;
+  if (conn->last_inflight == req)
+    conn->last_inflight = prev;
+  req->next_inflight = NULL;
+}
+
+
+/* On the loop thread, once the task is handed back: once per task, after
+ * its last run (a run that yields is not handed back). */
 static void work_done(uvs_task_t* task, int status) {
   request_t* req = (request_t*) task;
   conn_t* conn = req->conn;
   server_t* s = conn->server;
   size_t late = SIZE_MAX;
+  /* It ran, but stopped part way: told UV_ECANCELED (work_hash()). */
+  int stopped =
+      status == 0 && req->kind == ANS_WORK && !req->head && !work_finished(req);
 
+  conn_untrack(conn, req);
   conn->inflight--;
   s->tasks_inflight--;
   conn_light_settle(conn, req, status);
@@ -1112,7 +1260,9 @@ static void work_done(uvs_task_t* task, int status) {
   else
     s->tasks_cancelled++;
   if (req->kind == ANS_WORK) {
-    if (status == 0)
+    if (stopped)
+      s->stopped++;
+    else if (status == 0)
       s->work_done++;
     else if (status == UV_ETIMEDOUT)
       s->shed++;
@@ -1132,7 +1282,7 @@ static void work_done(uvs_task_t* task, int status) {
 
   if (conn->closing) {
     /* The connection is gone: never write. */
-    if (status == 0 && req->kind == ANS_WORK)
+    if (status == 0 && req->kind == ANS_WORK && !stopped)
       s->dropped++;
     request_free(req);
     return;
@@ -1149,6 +1299,10 @@ static void work_done(uvs_task_t* task, int status) {
     request_free(req);
     conn_close(conn);
     return;
+  } else if (stopped) {
+    /* Only a close stops it, too. Should anything else, the client gets
+     * a 503 in its place, never a digest that is not whole. */
+    request_set(req, 503, "the work was stopped\n");
   }
   if (conn->out_suspended && status == 0) {
     /* Run after the backlog had passed the mark: the worker went on
@@ -1200,6 +1354,11 @@ static int conn_schedule(conn_t* conn, request_t* req) {
     return rc;
   }
   conn->inflight++;
+  if (conn->last_inflight != NULL)
+    conn->last_inflight->next_inflight = req;
+  else
+    conn->first_inflight = req;
+  conn->last_inflight = req;
   conn->server->tasks++;
   conn->server->tasks_inflight++;
   /* Light work runs on the budget (conn_light_credit()). */
@@ -1424,7 +1583,8 @@ static void stats_format(server_t* s, char* body, size_t size) {
       ",\"polls\":%" PRIu64 ",\"late_answers_peak\":%" PRIu64
       ",\"late_bytes_peak\":%" PRIu64 ",\"light_ms\":%" PRIu64
       ",\"demoted\":%" PRIu64 ",\"ns_per_round\":%" PRIu64
-      ",\"answer_bytes\":%" PRIu64,
+      ",\"answer_bytes\":%" PRIu64 ",\"started\":%" PRIu64
+      ",\"yields\":%" PRIu64 ",\"stopped\":%" PRIu64,
       s->mode == MODE_POOL   ? "pool"
       : s->mode == MODE_LOOP ? "loop"
                              : "inline",
@@ -1444,7 +1604,8 @@ static void stats_format(server_t* s, char* body, size_t size) {
       s->out_suspends, s->out_resumes, s->out_suspend_closes, s->out_suspended,
       s->suspend_mismatch, s->backlog_peak, s->polls, s->late_answers_peak,
       s->late_bytes_peak, s->lim.light_ms, s->demoted, s->ns_per_round,
-      s->answer_bytes);
+      s->answer_bytes, (uint64_t) atomic_load(&s->started),
+      (uint64_t) atomic_load(&s->yields), s->stopped);
   /* uvs_group_stats: each field atomic, read now, not one snapshot. */
   len = n > 0 && (size_t) n < size ? (size_t) n : size - 1;
   for (g = 0; g < GROUP_COUNT; g++) {
@@ -2276,6 +2437,7 @@ static void conn_update(conn_t* conn) {
 static void conn_close(conn_t* conn) {
   server_t* s = conn->server;
   uvs_worker_metrics_t m;
+  request_t* req;
   unsigned g;
   int rc;
 
@@ -2320,6 +2482,19 @@ static void conn_close(conn_t* conn) {
     s->out_suspend_closes++;
   }
   /* suspend: close ends */
+  /* Nobody is left to read what its tasks compute. The oldest task the
+   * library still holds is the one running, if one is: interrupted, a
+   * /work stops at its next uvs_task_check() (work_hash()) and comes back
+   * with status 0, unfinished. If none runs, it is the first queued one,
+   * a /work waiting for its next turn after a yield perhaps: interrupted,
+   * it is cancelled. Older ones are on their way back (UV_EBUSY). The
+   * workers' close hands back the rest with UV_ECANCELED, unrun; it would
+   * reach the running task too (a close with UVS_CANCEL interrupts it),
+   * but the connection says which task it stops. */
+  for (req = conn->first_inflight; req != NULL; req = req->next_inflight)
+    if (uvs_task_interrupt(&req->task) != UV_EBUSY)
+      break;
+  conn->first_inflight = conn->last_inflight = NULL;
   for (g = 0; conn->has_worker && g < GROUP_COUNT; g++) {
     rc = uvs_worker_close(&conn->workers[g], UVS_CANCEL, on_worker_closed);
     if (rc != 0)
@@ -2938,6 +3113,8 @@ int main(int argc, char** argv) {
   atomic_init(&s->overlaps, 0);
   atomic_init(&s->wrong_thread, 0);
   atomic_init(&s->misrouted, 0);
+  atomic_init(&s->started, 0);
+  atomic_init(&s->yields, 0);
 
   /* Fairness: connections take turns on the pool a task (--budget) at a
    * time, in the scheduler's FIFO of ready workers, on at most
@@ -3043,16 +3220,17 @@ int main(int argc, char** argv) {
   fprintf(stderr,
           "http-pipeline: accepted=%" PRIu64 " rejected=%" PRIu64
           " requests=%" PRIu64 " responses=%" PRIu64 " work_done=%" PRIu64
-          " cancelled=%" PRIu64 " shed=%" PRIu64 " dropped=%" PRIu64
-          " errors=%" PRIu64 " stalls=%" PRIu64 " timeouts=%" PRIu64 "/%" PRIu64
-          "/%" PRIu64 "\nhttp-pipeline: order_violations=%" PRIu64
+          " stopped=%" PRIu64 " yields=%" PRIu64 " cancelled=%" PRIu64
+          " shed=%" PRIu64 " dropped=%" PRIu64 " errors=%" PRIu64
+          " stalls=%" PRIu64 " timeouts=%" PRIu64 "/%" PRIu64 "/%" PRIu64
+          "\nhttp-pipeline: order_violations=%" PRIu64
           " answers_out_of_order=%" PRIu64 " done_out_of_order=%" PRIu64
           " overlaps=%" PRIu64 " wrong_thread=%" PRIu64 " misrouted=%" PRIu64
           " leaks=%" PRIu64 " loop_close=%s: %s\n",
           s->accepted, s->rejected, s->requests, s->responses, s->work_done,
-          s->cancelled, s->shed, s->dropped, s->errors, s->stalls,
-          s->timeouts[DEADLINE_HEADER], s->timeouts[DEADLINE_IDLE],
-          s->timeouts[DEADLINE_WRITE],
+          s->stopped, (uint64_t) atomic_load(&s->yields), s->cancelled, s->shed,
+          s->dropped, s->errors, s->stalls, s->timeouts[DEADLINE_HEADER],
+          s->timeouts[DEADLINE_IDLE], s->timeouts[DEADLINE_WRITE],
           (uint64_t) atomic_load(&s->order_violations), s->answers_out_of_order,
           s->done_out_of_order, (uint64_t) atomic_load(&s->overlaps),
           (uint64_t) atomic_load(&s->wrong_thread),

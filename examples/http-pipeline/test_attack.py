@@ -32,6 +32,21 @@ leak checks):
                 their light budgets (--light-ms) are spent and the flood
                 runs in the bulk group, 20 light /work?n=1 on fresh
                 connections are each answered within LIGHT_S
+  abandon       no group, no shedding (--heavy-rounds 0, --max-wait 0):
+                64 connections each send one /work of maximum cost (the
+                largest n the server takes), and once all have begun, go
+                away at once (a reset). The server's CPU time from the
+                last disconnect until it holds no task (at least 1 s) is
+                under 10 % of what the 64 cost run to the end, measured
+                from /proc/PID/stat against one alone; a light /work?n=1
+                and a /health on fresh connections, timed every 50 ms
+                throughout, are answered within LIGHT_S (/work checked):
+                the long tasks yield, keeping their places, and stop when
+                their connections close. On 2 pool threads, where they
+                take turns, then on 64, where every one runs when its
+                client goes (light requests timed there, not checked: 64
+                busy threads on fewer CPUs make the kernel, not uvsched,
+                the light request's wait)
   memory        50 clients pipeline /stats and never read, reconnecting
                 when closed (at most 150 connections, 10 s): no connection
                 holds more than the server's own per-connection bound
@@ -111,9 +126,9 @@ leak checks):
   test_attack.py NAME --server BUILDDIR/examples/http-pipeline/http-pipeline
   test_attack.py shed --max-wait 0 --server ...   (the figure above)
   test_attack.py groups --heavy-rounds 0 --server ...   (without groups:
-                                                         it must fail)
+                                     it failed before /work cooperated)
   test_attack.py near-heavy --light-ms 0 --server ...  (without the light
-                                                        budget: it fails)
+                          budget: it failed before /work cooperated)
 
 Exit status: 0 passed, 1 failed.
 """
@@ -1204,7 +1219,8 @@ def test_shed(binary, max_wait=SHED_WAIT_MS):
 
 def test_groups(binary, heavy_rounds=None):
     """Light work keeps a thread of its own without shedding. heavy_rounds:
-    the server's --heavy-rounds (0: no groups, to see the test fail)."""
+    the server's --heavy-rounds (0: no groups, which failed the test before
+    /work cooperated: 1.6 s; now the flood's turns are a slice each)."""
     extra = ["--max-rounds", HEAVY_ROUNDS]
     if heavy_rounds is not None:
         extra += ["--heavy-rounds", heavy_rounds]
@@ -1379,7 +1395,9 @@ def near_heavy(binary, light_ms):
     has spent its budget runs its /work in the bulk group. A light
     /work?n=1 on a fresh connection beside the flood is answered within
     LIGHT_S, every time. light_ms: the server's --light-ms (0 turns the
-    budget off, to see the test fail)."""
+    budget off, which failed the test before /work cooperated; now the
+    flood's turns are a slice each, and a light request waits for a turn
+    of each flooding connection)."""
     extra = ["--heavy-rounds", NEAR_HEAVY]
     if light_ms is not None:
         extra += ["--light-ms", light_ms]
@@ -1443,11 +1461,235 @@ def near_heavy(binary, light_ms):
     return 0
 
 
+# -------------------------------------------------------------- abandon
+
+ABANDON_CONNS = 64     # abandon: connections, one request of maximum cost
+                       # each, gone at once; on a pool of ABANDON_THREADS
+ABANDON_THREADS = 2    # (they take turns), then of one thread each (every
+                       # one runs when its client goes)
+ABANDON_HOLD_S = 0.5   # ... computed for this long, at most, once all began
+ABANDON_SHARE = 0.10   # ... then the server's CPU time after the disconnect
+                       # is under this share of what they cost in full
+ABANDON_AFTER_S = 1.0  # ... measured for this long at least, until the
+ABANDON_QUIET_S = 30   # ... server holds no task (at most this long)
+PROBE_EVERY_S = 0.05   # a light /work?n=1 and a /health, each on a fresh
+                       # connection, this often
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_s(server):
+    """The server's CPU time so far, user and system, all its threads
+    (/proc/PID/stat: utime and stime, in clock ticks)."""
+    with open("/proc/%d/stat" % server.proc.pid) as f:
+        fields = f.read().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / float(CLK_TCK)
+
+
+def max_rounds(server):
+    """The largest n the server accepts, from its 400 to a larger one."""
+    r, _ = timed_get(server, "/work?n=%d&id=x" % 10 ** 12)
+    m = re.match(r"n is over the limit of (\d+)", r[2])
+    check(r[0] == 400 and m, "n over the limit: %r" % (r,))
+    return int(m.group(1))
+
+
+class Prober:
+    """Times a light /work?n=1, then a /health, each on a fresh connection,
+    every PROBE_EVERY_S, from a thread of its own, until stopped: the
+    well-behaved client, throughout an attack. The /health needs no task:
+    it is the loop's own latency, and the machine's. A probe that gets no
+    answer within timeout counts as that long."""
+
+    def __init__(self, server, tag, timeout=5):
+        self.server, self.tag, self.timeout = server, tag, timeout
+        self.at, self.work, self.health, self.bad = [], [], [], []
+        self.sent = 0  # /work sent: each may count in the server's started
+        self.halt = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _get(self, path, want):
+        try:
+            r, dt = timed_get(self.server, path, self.timeout)
+            if r[2] != want:
+                self.bad.append(r)
+            return dt
+        except (OSError, RuntimeError):
+            return self.timeout
+
+    def _run(self):
+        i = 0
+        while not self.halt.is_set():
+            token = "%s%d" % (self.tag, i)
+            at = time.monotonic()
+            self.sent += 1
+            work = self._get("/work?n=1&id=%s" % token, work_body(token, 1))
+            health = self._get("/health", "ok\n")
+            self.at.append(at)
+            self.work.append(work)
+            self.health.append(health)
+            i += 1
+            self.halt.wait(PROBE_EVERY_S)
+
+    def stop(self):
+        self.halt.set()
+        self.thread.join(2 * self.timeout + 5)
+
+    def worst(self, t0=0, t1=1e18):
+        """The worst /work and /health sent from t0 to t1, and how many."""
+        pick = [k for k, t in enumerate(self.at) if t0 <= t < t1]
+        return (max([self.work[k] for k in pick] or [0]),
+                max([self.health[k] for k in pick] or [0]), len(pick))
+
+
+def test_abandon(binary):
+    light_tries("abandon", lambda: abandon(binary, ABANDON_THREADS, True))
+    # Every request runs when its client goes: the CPU time after is
+    # checked. The light requests are timed, not checked: on a machine
+    # with fewer CPUs than that, they wait for the kernel to run the loop
+    # and the client among ABANDON_CONNS busy threads, whatever uvsched
+    # does (measured on 2 CPUs: /work 8 ms to 0.55 s at worst, and
+    # /health, which takes no task, 2 ms to 0.26 s).
+    abandon(binary, ABANDON_CONNS, False)
+    return 0
+
+
+def abandon(binary, threads, light):
+    """ABANDON_CONNS connections each send a /work of maximum cost, and once
+    the server computes them all, go away at once (a reset: a client that
+    only half-closes may still read its answer, and gets it). The server
+    stops them: its CPU time from the last disconnect on, until it holds
+    no task and at least ABANDON_AFTER_S, is under ABANDON_SHARE of what
+    the requests cost run to the end (measured here: one alone, times
+    ABANDON_CONNS). light: a light /work?n=1 on a fresh connection, timed
+    every PROBE_EVERY_S throughout, is answered within LIGHT_S, with no
+    group (--heavy-rounds 0, which also turns the light budget off) and no
+    shedding (--max-wait 0, the default): the long tasks give their
+    threads up, keeping their places, whenever another worker waits
+    (uvs_task_check, uvs_task_yield)."""
+    server = Server(binary, "pool", threads=threads,
+                    extra=["--heavy-rounds", 0, "--max-wait", 0])
+    socks, prober = [], None
+    try:
+        st = server.stats()
+        check(st["heavy_rounds"] == 0 and st["threads"] == threads,
+              "no groups: %r" % st)
+        n = max_rounds(server)
+        # What one costs run to the end, alone (two, for the clock's ticks).
+        c0 = cpu_s(server)
+        for i in range(2):
+            r, alone = timed_get(server, "/work?n=%d&id=alone%d" % (n, i), 60)
+            check(r[2] == work_body("alone%d" % i, n), "alone: %r" % (r,))
+        one = (cpu_s(server) - c0) / 2
+        full = one * ABANDON_CONNS
+        # The flood must not end within the hold, however many CPUs.
+        hold = min(ABANDON_HOLD_S,
+                   full / min(threads, os.cpu_count() or 1) / 4)
+
+        base = server.stats()
+        prober = Prober(server, "p%d-" % threads)
+        time.sleep(0.2)  # A few probes of the idle server first.
+        t_flood = time.monotonic()
+        for k in range(ABANDON_CONNS):
+            s = raw_connect(server, timeout=10)
+            # Closed with a reset: the client is gone, not half-closed.
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                         struct.pack("ii", 1, 0))
+            socks.append(s)
+        for k, s in enumerate(socks):
+            s.sendall(request("/work?n=%d&id=a%d" % (n, k)))
+
+        # Every one has begun: started counts the /work whose hashing
+        # began, the probes' too (on a server without it: the pool is full
+        # of them).
+        def all_began():
+            st = server.stats()
+            if "started" in st:
+                return (st["started"] - base["started"] - prober.sent >=
+                        ABANDON_CONNS)
+            return (st["interactive"]["running"] >=
+                    min(threads, ABANDON_CONNS))
+        check(harness.wait_until(all_began, 30), "the flood never began: "
+              "%r" % server.stats())
+        t_began = time.monotonic()
+        time.sleep(hold)
+        for s in socks:
+            s.close()
+        t0 = time.monotonic()
+        c0 = cpu_s(server)
+        socks = []
+        limit = ABANDON_SHARE * full
+        idle = []  # When the server first held no task.
+
+        def quiet():
+            after = cpu_s(server) - c0
+            check(after < limit, "after the disconnect the server spent "
+                  "%.2f s of CPU in %.1f s, still going: over %.0f %% of the "
+                  "%.2f s the requests cost in full" %
+                  (after, time.monotonic() - t0, ABANDON_SHARE * 100, full))
+            if server.stats()["tasks_inflight"] == 0 and not idle:
+                idle.append(time.monotonic() - t0)
+            return idle and time.monotonic() - t0 >= ABANDON_AFTER_S
+        check(harness.wait_until(quiet, ABANDON_QUIET_S, 0.02),
+              "the server still holds tasks %d s after the disconnect: %r" %
+              (ABANDON_QUIET_S, server.stats()))
+        t_after = time.monotonic() - t0
+        after = cpu_s(server) - c0
+        prober.stop()
+        st = server.stats()
+
+        def delta(name):  # "-" from a server without the counter
+            return st[name] - base[name] if name in base else "-"
+        print("abandon: %d threads on %d CPUs, no group, no shedding: %d x "
+              "/work?n=%d (one alone: %.3f s of CPU, %.3f s wall; all %d in "
+              "full: %.2f s of CPU), gone at once %.2f s after all began" %
+              (threads, os.cpu_count() or 1, ABANDON_CONNS, n, one, alone,
+               ABANDON_CONNS, full, t0 - t_began))
+        print("abandon: in the %.1f s after the last disconnect the server "
+              "spent %.3f s of CPU (%.1f %% of the full cost; bound %.0f %%) "
+              "and held no task after %.3f s; stopped %s, cancelled %s, "
+              "yields %s" %
+              (t_after, after, 100 * after / full, ABANDON_SHARE * 100,
+               idle[0], delta("stopped"), delta("cancelled"),
+               delta("yields")))
+        w = [prober.worst(0, t_flood), prober.worst(t_flood, t_began),
+             prober.worst(t_began, t0), prober.worst(t0)]
+        print("abandon: light on fresh connections throughout, %d of each%s: "
+              "worst /work?n=1 %.1f ms, /health %.1f ms; before the flood "
+              "%.1f and %.1f ms (%d), while it came and began %.1f and %.1f "
+              "ms (%d), computed %.1f and %.1f ms (%d), after it went %.1f "
+              "and %.1f ms (%d)" %
+              ((len(prober.at), "" if light else " (not checked)",
+                max(prober.work) * 1e3, max(prober.health) * 1e3) +
+               tuple(x for a, b, c in w for x in (a * 1e3, b * 1e3, c))))
+        check(not prober.bad, "light: %r" % prober.bad[:3])
+        check(after < limit, "after the disconnect the server spent %.2f s "
+              "of CPU: over %.0f %% of the %.2f s the requests cost in full" %
+              (after, ABANDON_SHARE * 100, full))
+        if "stopped" in base:
+            gone = delta("stopped") + delta("cancelled")
+            check(gone == ABANDON_CONNS, "%d of the %d were stopped or "
+                  "cancelled: %r" % (gone, ABANDON_CONNS, st))
+        check(st["order_violations"] == 0 and st["overlaps"] == 0,
+              "checks: %r" % st)
+        if light and max(prober.work) >= light_bound(server):
+            raise LightMiss("a light /work waited %.1f ms (bound %.0f ms)" %
+                            (max(prober.work) * 1e3,
+                             light_bound(server) * 1e3))
+    finally:
+        if prober is not None:
+            prober.stop()
+        for s in socks:
+            s.close()
+        stop_ok(server)
+    return 0
+
+
 # ------------------------------------------------------------ out-bound
 
 OUT_MAX = 16384      # out-bound, slow-read: --max-out-bytes
 ANSWER_BOUND = 4352 + 512  # the most one request can reserve: a /stats
-                          # answer, and its record (304 bytes on x86_64)
+                          # answer, and its record (320 bytes on x86_64)
 OUT_PARSED_CAP = 400  # out-bound: requests parsed for a client that reads
                       # nothing (one 64 KiB read is ~2000 of them)
 
@@ -2159,6 +2401,7 @@ TESTS = {
     "never-read-heavy": test_never_read_heavy,
     "write-deadline": test_write_deadline,
     "near-heavy": test_near_heavy,
+    "abandon": test_abandon,
     "memory": test_memory,
     "fairness": test_fairness,
     "half-close": test_half_close,
@@ -2186,10 +2429,12 @@ def main():
                     "light request without shedding, checking nothing")
     ap.add_argument("--light-ms", type=int, default=None,
                     help="near-heavy: the server's --light-ms (default: its "
-                    "own); 0 turns the budget off, and the test fails")
+                    "own); 0 turns the budget off (the test failed so "
+                    "before /work cooperated)")
     ap.add_argument("--heavy-rounds", type=int, default=None,
                     help="groups: the server's --heavy-rounds (default: "
-                    "its own); 0 turns the groups off, and the test fails")
+                    "its own); 0 turns the groups off (the test failed so "
+                    "before /work cooperated)")
     args = ap.parse_args()
     t0 = time.monotonic()
     try:
