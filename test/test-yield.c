@@ -361,6 +361,31 @@ TEST_IMPL(yield_wide_key_order) {
 }
 
 
+/* A task with no key on a wide worker keeps its place in the worker's
+ * queue: with one lane (max_concurrency 1), it runs again before the
+ * keyless tasks queued behind it ("before any task queued behind it";
+ * 0.2: a wide worker starts tasks in FIFO order among those that can).
+ *
+ * Fails at e64e407: uvs__keys_requeue (src/keys.c) puts a keyless task
+ * that yielded at the tail of kready, behind the tasks queued after it:
+ * the order is 0 1 2 0. */
+TEST_IMPL(yield_wide_no_key) {
+  static const int want[] = {0, 0, 1, 2};
+  uvs_worker_options_t wo;
+  int i;
+
+  memset(&wo, 0, sizeof(wo));
+  wo.width = 2;
+  setup_ex(1, &wo);
+  items[0].nyield = 1;
+  for (i = 0; i < 3; i++) ASSERT_OK(uvs_schedule(&workers[0], &items[i].task));
+  ASSERT_OK(uv_run(&loop, UV_RUN_DEFAULT));
+  assert_order(want, 4);
+  teardown();
+  return 0;
+}
+
+
 /* A barrier accepted behind a yielding task waits for its last run. */
 TEST_IMPL(yield_before_barrier) {
   static const int want[] = {0, 0, 0, 1};
