@@ -762,6 +762,38 @@ TEST_IMPL(interrupt_one_run_only) {
 }
 
 
+/* "until that run_cb returns": a run that was interrupted and then
+ * schedules its task again still hears UV_ECANCELED for the rest of the
+ * run. The new schedule is accepted and its custody ends once.
+ *
+ * Fails at e64e407: the claim of a task by its own run_cb (claim() in
+ * src/task.c) rewrites the state word without UVS__T_INTERRUPTED, which
+ * is all that uvs_task_check (src/coop.c) looks at, so the rest of the
+ * run hears 0. */
+static void interrupted_then_again(item_t* it) {
+  if (atomic_load(&it->runs) != 1)
+    return;
+  ASSERT_OK(uvs_task_interrupt(&it->task));
+  rec(it, uvs_task_check(&it->task));
+  rec(it, uvs_schedule(&workers[2], &it->task));
+  rec(it, uvs_task_check(&it->task));
+}
+
+
+TEST_IMPL(interrupt_then_reschedule) {
+  setup(0, 4, UVS_POOL);
+  init_items(interrupted_then_again);
+  ASSERT_OK(uvs_schedule(&workers[2], &items[0].task));
+  ASSERT_OK(uv_run(&loop, UV_RUN_DEFAULT));
+  ASSERT_EQ(ndone, 1);
+  ASSERT_ERR(items[0].rc[0], UV_ECANCELED);
+  ASSERT_OK(items[0].rc[1]);
+  ASSERT_ERR(items[0].rc[2], UV_ECANCELED);
+  teardown(UVS_CANCEL);
+  return 0;
+}
+
+
 /* ---- uvs_current_task -------------------------------------------------- */
 
 static uvs_task_t* nested_current(int depth) {
