@@ -49,7 +49,8 @@ int uvs_task_check(uvs_task_t* task) {
   if (task == NULL || task != uvs__tls.current)
     return UV_EINVAL;
   w = uvs__tls.worker;
-  if ((uvs__load_acq(&task->state) & UVS__T_INTERRUPTED) || uvs__cancelling(w))
+  if ((uvs__load_acq(&task->state) & UVS__T_INTERRUPTED) ||
+      uvs__tls.interrupted || uvs__cancelling(w))
     return UV_ECANCELED;
   if (!turn_spent())
     return 0;

@@ -45,6 +45,7 @@ static inline __attribute__((always_inline)) int run_one(uvs_sched_t* s,
 
   st = uvs__load_acq(&t->state);
   uvs__tls.rescheduled = 0;
+  uvs__tls.interrupted = 0;
   uvs__tls.yielded = 0;
   uvs__tls.flags = st;
   if (t->done_cb == NULL) {

@@ -341,6 +341,7 @@ int uvs__schedule_node(uvs_worker_t* worker, uvs_task_t* task);
 struct uvs__tls_s {
   uvs_task_t* current;
   int rescheduled;
+  int interrupted; /* an interrupt reached this run before it rescheduled */
   int yielded;
   uvs_worker_t* worker;
   unsigned flags; /* the task's state as its run began */

@@ -285,7 +285,7 @@ void uvs__keys_requeue(uvs_worker_t* w, uvs_task_t* t) {
   uvs__kent_t* e;
 
   if (uvs__task_key(t) == 0) {
-    ready_push(w, t);
+    ready_unshift(w, t); /* it keeps its place in the worker's order */
     return;
   }
   /* Its key is its lane's, held until the batch ends: then release()

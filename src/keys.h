@@ -54,8 +54,8 @@ int uvs__keys_batch_done(uvs_worker_t* w, uvs__lane_t* lane);
 void uvs__keys_unpick(uvs_worker_t* w, uvs_task_t* t);
 /* A task of a lane's batch yielded (0.5): it goes back as its key's next,
  * ahead of the rest of its key's run, and joins kready's tail when the
- * batch ends (uvs__keys_batch_done); one with no key joins kready's tail
- * now. */
+ * batch ends (uvs__keys_batch_done); one with no key goes back to
+ * kready's head now, ahead of the tasks queued behind it. */
 void uvs__keys_requeue(uvs_worker_t* w, uvs_task_t* t);
 /* The next task of a picked head's key, out of its queue, or NULL: no
  * other lane could start it (guarantee 12 lets a lane batch one key's

@@ -77,8 +77,13 @@ static int claim(uvs_task_t* t, unsigned* claimed, unsigned* prev) {
     uv_mutex_unlock(&held->lock);
   if (err != 0)
     return err;
-  if (own)
+  if (own) {
     uvs__tls.rescheduled = 1;
+    /* The new custody's state has no mark of an interrupt that reached
+     * this run; the run still hears it (coop.c). */
+    if (o & UVS__T_INTERRUPTED)
+      uvs__tls.interrupted = 1;
+  }
   *claimed = n;
   *prev = o;
   return 0;

@@ -93,6 +93,34 @@
  *     more than key_max_pending queued), then resumes it: exactly
  *     min(accepted, key_max_pending) of the burst's tasks run, every other
  *     comes back with UV_ENOBUFS, unrun;
+ *   - 0.5, long tasks that cooperate: some tasks yield once or twice, some
+ *     check a few times and yield on UV_EAGAIN, some interrupt themselves,
+ *     check and yield; producers interrupt their tasks now and then
+ *     (uvs_task_interrupt answers as cancel for a task out of custody, 0
+ *     or UV_EBUSY in it); a task of 32 has an expiry of 1 to 3 ms. In
+ *     every run uvs_current_task() is the running task (NULL in done_cb,
+ *     in a post's fn, and in an ACCEPTED hook outside a run_cb);
+ *     uvs_task_check answers 0, UV_EAGAIN or UV_ECANCELED, UV_ECANCELED
+ *     only with a cause (an interrupt called, or a close with UVS_CANCEL
+ *     of the worker or its scheduler) and, once heard, in every later check
+ *     of that run; a run that starts after a producer's interrupt returned
+ *     0 hears UV_ECANCELED; UV_EINVAL about another task. A yield answers
+ *     0 (UV_EINVAL for a periodic task or a barrier, UV_EBUSY after the
+ *     run scheduled its task again); a task that
+ *     yielded runs again before any other task or post of its worker (of
+ *     its key on a wide worker; keyless tasks there are not checked)
+ *     starts, or never runs again and comes back with a non-zero status;
+ *     it is handed back once, with 0 after as many runs as yields plus
+ *     one, otherwise after as many runs as yields; hooks see one STARTED
+ *     per run; `ran` counts the runs that did not yield. An expired task
+ *     never starts: now and then a producer suspends a worker, schedules
+ *     two tasks with an expiry of 1 ms onto it and resumes it 4 ms later;
+ *     each that was scheduled more than 2 ms before the resume (the
+ *     worker open and unchanged, no close begun) must never start, and
+ *     comes back with a non-zero status (UV_ETIMEDOUT unless a close,
+ *     cancel or eviction took it first); UV_ETIMEDOUT only for a task
+ *     with an expiry that never ran; a post's HANDED_BACK says
+ *     UV_ECANCELED (a close dropped it: nothing here sheds posts);
  *   - at the end, after both schedulers closed: nothing left in custody,
  *     every post ran or was dropped by a close (from the stats), and the
  *     stats agree with what the callbacks saw.
@@ -141,6 +169,10 @@ enum { S_OPEN, S_CLAIMED, S_CLOSING, S_CLOSED, S_INIT, S_SCHED_CLOSED };
 /* task custody, as the test sees it */
 enum { T_FREE, T_SUBMIT, T_CUSTODY, T_RETURNED };
 enum { K_NOW, K_AFTER, K_EVERY };
+/* 0.5: how a task's run_cb cooperates */
+enum { C_NONE, C_YIELD, C_CHECK, C_INTR };
+
+struct stask_s;
 
 typedef struct {
   uvs_worker_t worker;
@@ -193,9 +225,18 @@ typedef struct {
    * the highest of any task handed back with 0, in this incarnation. */
   long bar_done_run;
   long max_done_run;
+  /* 0.5: the task that yielded and waits to run again, with its custody
+   * (serial: of the worker; wide: per key index, keys only), written and
+   * read by runs of the worker (or key), one at a time; a close with
+   * UVS_CANCEL of this incarnation was called. */
+  struct stask_s* yielded;
+  long yielded_c;
+  struct stask_s* key_yielded[NKEY];
+  long key_yielded_c[NKEY];
+  atomic_int cancel_closing;
 } slot_t;
 
-typedef struct {
+typedef struct stask_s {
   uvs_task_t task;
   int owner;
   atomic_int state;
@@ -231,6 +272,25 @@ typedef struct {
   atomic_int h_running;
   atomic_int h_credit;
   atomic_long h_accepts;
+  /* 0.5, in this custody (custody counts them, written before each
+   * schedule): how its runs cooperate, yields that returned 0, an
+   * interrupt called (set before the call) or, by its owner, answered 0;
+   * it interrupted itself and yielded. The custody in which another task
+   * started while it waited after a yield (it must not run again), and in
+   * which it waited past its expiry for sure (it must not start). */
+  long custody;
+  int coop;
+  int yields;
+  int yields_max;
+  uint64_t expiry;
+  int gen; /* its slot's incarnation when it was scheduled */
+  atomic_int intr_req;
+  atomic_int intr_done;
+  int intr_ok;
+  int intr_self;
+  atomic_long overtaken_c;
+  atomic_long doomed_c;
+  uint64_t t_return; /* ns: its schedule call returned */
 } stask_t;
 
 typedef struct {
@@ -257,6 +317,15 @@ typedef struct {
   long resumes_ok;
   long barriers_ok;
   long post_accepts_s[NSCHED];
+  /* 0.5: a schedule's forced slot (-1: none) and expiry; per slot, the
+   * expiry probes of the suspension held, with their custodies. */
+  int force_slot;
+  uint64_t force_expiry;
+  stask_t* probe[NSLOTS][2];
+  long probe_c[NSLOTS][2];
+  long interrupts_ok;
+  long probes;
+  long probes_doomed;
 } producer_t;
 
 static uv_loop_t loop;
@@ -276,6 +345,15 @@ static atomic_long post_runs;
 static atomic_long self_accepts;
 static long dones_ok;        /* loop thread */
 static long dones_cancelled; /* loop thread */
+/* 0.5: runs that yielded; answers heard; schedulers closing with
+ * UVS_CANCEL; loop thread: hand-backs with UV_ETIMEDOUT, and of probes
+ * that were doomed. */
+static atomic_long yields_total;
+static atomic_long checks_eagain;
+static atomic_long checks_ecanceled;
+static atomic_int sched_cancel[NSCHED];
+static long dones_expired;
+static long doomed_shed;
 static uvs_stats_t final_stats[NSCHED];
 static int scheds_closed;
 /* 0.4: the schedulers' closes are about to begin (suspensions end). */
@@ -476,16 +554,158 @@ static void leave_run(slot_t* sl, int kidx) {
 }
 
 
-static void check_order(slot_t* sl, int owner, long seq, int kidx) {
+/* rerun: a run after a yield, which comes before anything queued behind
+ * it: its producer's last ordered run on the worker (key) was its own. */
+static void check_order(slot_t* sl, int owner, long seq, int kidx, int rerun) {
   if (seq < 0)
     return;
   if (sl->width == 1) {
-    ASSERT_GT(seq, sl->last_seq[owner]);
+    if (rerun)
+      ASSERT_EQ(seq, sl->last_seq[owner]);
+    else
+      ASSERT_GT(seq, sl->last_seq[owner]);
     sl->last_seq[owner] = seq;
   } else if (kidx != 0) {
     /* Wide: per key; tasks without a key have no order to check here. */
-    ASSERT_GT(seq, sl->key_last_seq[owner][kidx]);
+    if (rerun)
+      ASSERT_EQ(seq, sl->key_last_seq[owner][kidx]);
+    else
+      ASSERT_GT(seq, sl->key_last_seq[owner][kidx]);
     sl->key_last_seq[owner][kidx] = seq;
+  }
+}
+
+
+/* 0.5: a run of t (NULL: a post) starts on sl, under key index kidx. A
+ * task that yielded and waits keeps its worker's (key's) place: if
+ * another starts first, the one waiting must never run again (it was
+ * handed back: a cancel, an interrupt, a close or an eviction took it).
+ * The fields are the worker's (key's) runs', one at a time. Keyless tasks
+ * of a wide worker are not ordered here. */
+static void check_yielded(slot_t* sl, stask_t* t, int kidx) {
+  struct stask_s** y;
+  long* yc;
+
+  if (sl->width == 1) {
+    y = &sl->yielded;
+    yc = &sl->yielded_c;
+  } else if (kidx != 0) {
+    y = &sl->key_yielded[kidx];
+    yc = &sl->key_yielded_c[kidx];
+  } else {
+    return;
+  }
+  if (*y != NULL && *y != t)
+    atomic_store_explicit(&(*y)->overtaken_c, *yc, RLX);
+  *y = NULL;
+}
+
+
+static void note_yielded(slot_t* sl, stask_t* t) {
+  if (sl->width == 1) {
+    sl->yielded = t;
+    sl->yielded_c = t->custody;
+  } else if (t->kidx != 0) {
+    sl->key_yielded[t->kidx] = t;
+    sl->key_yielded_c[t->kidx] = t->custody;
+  }
+}
+
+
+/* 0.5: an answer of uvs_task_check in a run of t; *seen: UV_ECANCELED was
+ * heard in this run already. */
+static void check_answer(stask_t* t, slot_t* sl, int rc, int* seen) {
+  if (rc == UV_EAGAIN) {
+    atomic_fetch_add_explicit(&checks_eagain, 1, RLX);
+  } else if (rc != 0) {
+    ASSERT_ERR(rc, UV_ECANCELED);
+    atomic_fetch_add_explicit(&checks_ecanceled, 1, RLX);
+  }
+  if (*seen)
+    ASSERT_ERR(rc, UV_ECANCELED); /* never 0 again in this run */
+  if (rc == UV_ECANCELED && !*seen) {
+    *seen = 1;
+    if (!atomic_load(&t->intr_req) && !atomic_load(&sl->cancel_closing) &&
+        !atomic_load(&sched_cancel[sl->sched]))
+      test_failed(__FILE__, __LINE__,
+                  "UV_ECANCELED with no interrupt and no cancelling close "
+                  "(slot %d)",
+                  (int) (sl - slots));
+  }
+}
+
+
+/* 0.5: a yield in a run of t, with the answer SPEC gives; a second one
+ * changes nothing. Returns whether it yielded. */
+static int coop_yield(stask_t* t, int cannot) {
+  int err;
+
+  err = uvs_task_yield(&t->task);
+  ASSERT_ERR(err, cannot ? UV_EINVAL : 0);
+  if (err != 0)
+    return 0;
+  ASSERT_OK(uvs_task_yield(&t->task));
+  t->yields++;
+  atomic_fetch_add(&yields_total, 1);
+  /* Its next STARTED is owed to the yield. */
+  atomic_fetch_add(&t->h_credit, 1);
+  return 1;
+}
+
+
+/* 0.5: what a run of t does to cooperate. intr0: its owner's interrupt
+ * had returned 0 when the run began. Returns whether it yielded. */
+static int coop_run(stask_t* t, slot_t* sl, int barrier, int intr0) {
+  stask_t* other;
+  int cannot;
+  int seen;
+  int rc;
+  int i;
+
+  other = &prods[t->owner].tasks[(t - prods[t->owner].tasks + 1) % NTASK];
+  ASSERT_ERR(uvs_task_check(&other->task), UV_EINVAL);
+  seen = 0;
+  rc = uvs_task_check(&t->task);
+  check_answer(t, sl, rc, &seen);
+  /* It began after an interrupt returned 0: the interrupt reached it
+   * running, or it must not run. */
+  if (intr0 && t->depth == 0)
+    ASSERT_ERR(rc, UV_ECANCELED);
+  cannot = t->kind == K_EVERY || barrier;
+  switch (t->coop) {
+    case C_YIELD:
+      if (t->yields < t->yields_max || cannot)
+        return coop_yield(t, cannot);
+      return 0;
+    case C_CHECK:
+      for (i = 0; i < 4; i++) {
+        rc = uvs_task_check(&t->task);
+        check_answer(t, sl, rc, &seen);
+        if (rc == UV_ECANCELED)
+          return 0;
+        if (rc == UV_EAGAIN && t->yields < 8)
+          return coop_yield(t, cannot);
+        test_spin_us(10);
+      }
+      return 0;
+    case C_INTR:
+      atomic_store(&t->intr_req, 1);
+      atomic_store(&t->cancel_tried, 1);
+      rc = uvs_task_interrupt(&t->task);
+      /* Its owner's cancel or interrupt may have come first. */
+      if (rc != 0)
+        ASSERT_ERR(rc, UV_EBUSY);
+      ASSERT_ERR(uvs_task_interrupt(&t->task), UV_EBUSY);
+      rc = uvs_task_check(&t->task);
+      if (t->kind != K_EVERY)
+        ASSERT_ERR(rc, UV_ECANCELED); /* one-shot: interrupted, one way */
+      check_answer(t, sl, rc, &seen);
+      if (t->kind == K_EVERY || !coop_yield(t, cannot))
+        return 0;
+      t->intr_self = 1; /* handed back with UV_ECANCELED, not run again */
+      return 1;
+    default:
+      return 0;
   }
 }
 
@@ -498,11 +718,19 @@ static void run_cb(uvs_task_t* task) {
   uint64_t r;
   int regrid;
   int barrier;
+  int rerun;
+  int yielded;
+  int intr0;
+  int saved_runs;
+  int saved_yields;
   int err;
 
   t = TEST_CONTAINER_OF(task, stask_t, task);
+  ASSERT_PTR_EQ(uvs_current_task(), task);
+  intr0 = atomic_load(&t->intr_done);
   sl = &slots[t->slot];
   barrier = t->barrier;
+  rerun = t->kind != K_EVERY && t->yields > 0;
   if (hooked[sl->sched]) {
     /* STARTED came right before, on this thread. */
     ASSERT_PTR_EQ(tl_started, t);
@@ -512,7 +740,20 @@ static void run_cb(uvs_task_t* task) {
   enter_run(sl, t->kidx);
   check_may_start(sl);
   barrier_enter(sl, t->owner, t->seq, barrier, &t->run_idx);
-  check_order(sl, t->owner, t->seq, t->kidx);
+  check_order(sl, t->owner, t->seq, t->kidx, rerun);
+  check_yielded(sl, t, t->kidx);
+  /* 0.5: not after another task of its worker (key) overtook it waiting,
+   * not after it surely waited past its expiry, not after it interrupted
+   * itself and yielded. */
+  if (atomic_load_explicit(&t->overtaken_c, RLX) == t->custody)
+    test_failed(__FILE__, __LINE__,
+                "slot %d: a task that yielded ran again after another task "
+                "of its %s started",
+                t->slot, sl->width == 1 ? "worker" : "key");
+  if (atomic_load(&t->doomed_c) == t->custody)
+    test_failed(__FILE__, __LINE__,
+                "slot %d: a task that waited past its expiry started", t->slot);
+  ASSERT(!t->intr_self);
   now = uv_hrtime();
   uv_mutex_lock(&t->blk);
   bound = t->after_bound;
@@ -526,23 +767,39 @@ static void run_cb(uvs_task_t* task) {
         t->t_call + (t->delay + (uint64_t) t->runs * t->period) * 1000000u);
   t->runs++;
   if (t->kind != K_EVERY)
-    ASSERT_EQ(t->runs, 1);
+    ASSERT_EQ(t->runs, t->yields + 1);
 
   r = (now >> 4) * 2654435761u;
   if ((r >> 8) % 64 == 0)
     test_spin_us(50 + (r >> 16) % 200); /* a long task: work piles up */
 
-  if (t->kind == K_EVERY) {
+  yielded = t->coop != C_NONE && coop_run(t, sl, barrier, intr0);
+  if (yielded) {
+    /* It can't be scheduled again in this run. */
+    if ((r >> 20) % 12 == 0) {
+      err = uvs_schedule(&sl->worker, task);
+      if (err != UV_ESHUTDOWN) /* a closing worker answers that first */
+        ASSERT_ERR(err, UV_EBUSY);
+    }
+  } else if (t->kind == K_EVERY) {
     if ((r >> 20) % 16 == 0) {
       err = uvs_schedule(&sl->worker, task);
       if (err != UV_ESHUTDOWN)
         ASSERT_ERR(err, UV_EBUSY);
     }
   } else if ((r >> 20) % 12 == 0 && t->depth < 8 && !barrier) {
-    /* Again from its own run_cb: this run hands nothing back. */
+    /* Again from its own run_cb: this run hands nothing back. The new
+     * custody's fields are set before the call: on a wide worker a keyless
+     * task may start on another lane before it returns. */
+    saved_runs = t->runs;
+    saved_yields = t->yields;
     t->depth++;
     t->seq = -1;
     t->runs = 0;
+    t->custody++;
+    t->yields = 0;
+    t->coop = C_NONE; /* none planned in it */
+    t->intr_self = 0;
     t->kind = (r >> 24) & 1 ? K_AFTER : K_NOW;
     t->delay = (r >> 25) % 3;
     t->t_call = uv_hrtime();
@@ -555,17 +812,24 @@ static void run_cb(uvs_task_t* task) {
       err = uvs_schedule(&sl->worker, task);
     if (err == 0) {
       atomic_fetch_add(&self_accepts, 1);
+      ASSERT_ERR(uvs_task_yield(task), UV_EBUSY); /* 0.5: in a new custody */
     } else {
       /* A bounded key may be full (K_NOW onto REJECT or BLOCK). */
       if (err != UV_EAGAIN || t->kind != K_NOW || t->kidx == 0 ||
           sl->key_max == 0 || sl->on_full == UVS_FULL_DROP_OLDEST)
         ASSERT_ERR(err, UV_ESHUTDOWN);
-      /* Not accepted: this run hands the task back with 0. */
-      t->runs = 1;
+      /* Not accepted: this run hands the task back with 0, after the
+       * runs of its custody (0.5: its yields') and this one. */
+      t->runs = saved_runs;
+      t->yields = saved_yields;
+      t->custody--;
       t->kind = K_NOW;
     }
   }
   atomic_fetch_add(&task_runs, 1);
+  if (yielded)
+    note_yielded(sl, t);
+  ASSERT_PTR_EQ(uvs_current_task(), task);
   barrier_leave(sl, t->owner, barrier);
   leave_run(sl, t->kidx);
   if (hooked[sl->sched]) {
@@ -583,6 +847,8 @@ static void done_cb(uvs_task_t* task, int status) {
   ASSERT(on_loop_thread());
   t = TEST_CONTAINER_OF(task, stask_t, task);
   sl = &slots[t->slot];
+  ASSERT_NULL(uvs_current_task());
+  ASSERT_ERR(uvs_task_check(task), UV_EINVAL);
   if (hooked[sl->sched]) {
     /* Its HANDED_BACK came right before, with this status. */
     ASSERT_PTR_EQ(h_expect, t);
@@ -634,15 +900,30 @@ static void done_cb(uvs_task_t* task, int status) {
      * that, and it is let through here.) */
     ASSERT(sl->key_max != 0);
     ASSERT(sl->on_full == UVS_FULL_DROP_OLDEST || t->kind == K_AFTER);
-    ASSERT(t->kind == K_EVERY || t->runs == 0);
+    /* 0.5: waiting after a yield, it is queued, and may be evicted. */
+    ASSERT(t->kind == K_EVERY || t->runs == t->yields);
     dones_enobufs++;
   } else if (t->kind == K_EVERY) {
     ASSERT_ERR(status, UV_ECANCELED);
   } else if (status == 0) {
-    ASSERT_EQ(t->runs, 1);
+    /* 0.5: a run per yield, and the one that returned for good. */
+    ASSERT_EQ(t->runs, t->yields + 1);
+    ASSERT(!t->intr_self);
+    ASSERT(atomic_load(&t->overtaken_c) != t->custody);
+  } else if (status == UV_ETIMEDOUT) {
+    /* 0.5: shed by its expiry (no worker here has max_wait_ms); never once
+     * it started. */
+    ASSERT_NE(t->expiry, 0);
+    ASSERT_EQ(t->runs, 0);
+    dones_expired++;
   } else {
     ASSERT_ERR(status, UV_ECANCELED);
-    ASSERT_EQ(t->runs, 0);
+    ASSERT_EQ(t->runs, t->yields);
+  }
+  if (atomic_load(&t->doomed_c) == t->custody) {
+    ASSERT_NE(status, 0);
+    if (status == UV_ETIMEDOUT)
+      doomed_shed++;
   }
   if (status == 0)
     dones_ok++;
@@ -686,10 +967,12 @@ static void post_fn(void* arg) {
   owner = (int) (v & 0xff);
   sl = &slots[(v >> 8) & 0xff];
   seq = (long) (v >> 16);
+  ASSERT_NULL(uvs_current_task());
   enter_run(sl, 0);
   check_may_start(sl);
   barrier_enter(sl, owner, seq, 0, &run_idx);
-  check_order(sl, owner, seq, 0);
+  check_order(sl, owner, seq, 0, 0);
+  check_yielded(sl, NULL, 0);
   atomic_fetch_add(&post_runs, 1);
   atomic_fetch_add_explicit(&post_runs_s[sl->sched], 1, RLX);
   leave_run(sl, 0);
@@ -853,6 +1136,8 @@ static void hook(
   ASSERT_EQ(sl->sched, si);
   if (ev != UVS_EV_HANDED_BACK)
     ASSERT_OK(status);
+  if (task == NULL && ev == UVS_EV_ACCEPTED)
+    ASSERT_NULL(uvs_current_task()); /* posts come from producers only */
   if (task == NULL) {
     switch (ev) {
       case UVS_EV_ACCEPTED:
@@ -867,7 +1152,9 @@ static void hook(
       default:
         ASSERT_EQ(ev, UVS_EV_HANDED_BACK);
         ASSERT(on_loop_thread());
-        ASSERT_NE(status, 0);
+        /* Dropped by a close: no worker here sheds (none has max_wait_ms,
+         * and a post has no expiry of its own), none bounds its posts. */
+        ASSERT_ERR(status, UV_ECANCELED);
         ASSERT_NULL(h_expect);
         atomic_fetch_add_explicit(&h_post_dropped[si], 1, RLX);
         break;
@@ -877,6 +1164,10 @@ static void hook(
   t = TEST_CONTAINER_OF(task, stask_t, task);
   ASSERT(t->owner >= 0 && t->owner < NPROD);
   ASSERT(t >= prods[t->owner].tasks && t < prods[t->owner].tasks + NTASK);
+  /* 0.5: a task schedules only itself from its run_cb; the producers
+   * schedule from no run_cb. */
+  if (ev == UVS_EV_ACCEPTED && uvs_current_task() != NULL)
+    ASSERT_PTR_EQ(uvs_current_task(), task);
   ASSERT_PTR_EQ(&slots[t->slot], sl);
   switch (ev) {
     case UVS_EV_ACCEPTED:
@@ -1035,11 +1326,13 @@ static void check_shutdown(producer_t* p, int phase, int err) {
 }
 
 
-/* barrier: uvs_schedule_barrier onto a wide worker (kind K_NOW). */
-static void op_schedule(producer_t* p, int pi, int kind, int barrier) {
+/* barrier: uvs_schedule_barrier onto a wide worker (kind K_NOW). Returns
+ * the task if it was accepted. */
+static stask_t* op_schedule(producer_t* p, int pi, int kind, int barrier) {
   stask_t* t;
   slot_t* sl;
   unsigned r;
+  unsigned c;
   long h0;
   int phase;
   int err;
@@ -1056,11 +1349,13 @@ static void op_schedule(producer_t* p, int pi, int kind, int barrier) {
     b = p->bar_task[r % NSLOTS];
     if (b != NULL && b->barrier && atomic_load(&b->state) != T_RETURNED &&
         atomic_load(&b->state) != T_FREE)
-      return;
+      return NULL;
   }
   t = get_task(p);
   if (t == NULL)
-    return;
+    return NULL;
+  if (p->force_slot >= 0)
+    r = r - r % NSLOTS + (unsigned) p->force_slot;
   t->slot = (int) (r % NSLOTS);
   sl = &slots[t->slot];
   /* A key on every worker: on a serial one it changes nothing, and a
@@ -1071,8 +1366,28 @@ static void op_schedule(producer_t* p, int pi, int kind, int barrier) {
   if (barrier)
     t->kidx = 0;
   t->barrier = barrier;
+  /* 0.5: its expiry (it stays set: every schedule sets its own), how its
+   * runs cooperate, and a new custody. */
+  c = rnd(p);
+  t->expiry = p->force_slot >= 0 ? p->force_expiry
+              : c % 32 == 0      ? 1 + (c >> 5) % 3
+                                 : 0;
+  if (barrier)
+    t->expiry = 0; /* shed, it would let later tasks go before its done_cb
+                    * told the test */
+  ASSERT_OK(uvs_task_set_expiry(&t->task, t->expiry));
+  c = (c >> 8) % 24;
+  t->coop = c < 2 ? C_YIELD : c < 4 ? C_CHECK : c == 4 ? C_INTR : C_NONE;
+  t->yields_max = 1 + (int) (c & 1);
+  t->yields = 0;
+  t->intr_ok = 0;
+  t->intr_self = 0;
+  atomic_store(&t->intr_req, 0);
+  atomic_store(&t->intr_done, 0);
+  t->custody++;
   h0 = atomic_load(&t->h_accepts);
   uv_rwlock_rdlock(&sl->lock);
+  t->gen = sl->gen;
   phase =
       atomic_load(&scheds_closing) ? S_SCHED_CLOSED : atomic_load(&sl->phase);
   t->kind = kind;
@@ -1109,6 +1424,7 @@ static void op_schedule(producer_t* p, int pi, int kind, int barrier) {
     err = uvs_schedule_after(&sl->worker, &t->task, t->delay);
   else
     err = uvs_schedule_every(&sl->worker, &t->task, t->delay, t->period);
+  t->t_return = uv_hrtime();
   if ((err == UV_EAGAIN || err == UV_ETIMEDOUT) && kind == K_NOW &&
       t->kidx != 0 && sl->key_max != 0 && sl->on_full != UVS_FULL_DROP_OLDEST) {
     /* The task's key is full: nothing accepted. UV_ETIMEDOUT only from a
@@ -1142,6 +1458,7 @@ static void op_schedule(producer_t* p, int pi, int kind, int barrier) {
     atomic_store(&t->state, T_FREE);
   }
   uv_rwlock_rdunlock(&sl->lock);
+  return err == 0 ? t : NULL;
 }
 
 
@@ -1201,6 +1518,36 @@ static void op_cancel(producer_t* p, stask_t* t) {
   } else if (err == 0) {
     t->cancel_ok = 1;
     p->cancels_ok++;
+  } else {
+    ASSERT_ERR(err, UV_EBUSY);
+  }
+  uv_rwlock_rdunlock(&sl->lock);
+}
+
+
+/* 0.5: uvs_task_interrupt, as cancel for a task out of custody; 0 or
+ * UV_EBUSY in it (0: cancelled, or it reached the running run). */
+static void op_interrupt(producer_t* p, stask_t* t) {
+  slot_t* sl;
+  int st;
+  int err;
+
+  if (t->barrier)
+    return; /* as op_cancel */
+  sl = &slots[t->slot];
+  uv_rwlock_rdlock(&sl->lock);
+  st = atomic_load(&t->state);
+  atomic_store(&t->cancel_tried, 1);
+  atomic_store(&t->intr_req, 1);
+  err = uvs_task_interrupt(&t->task);
+  if (st == T_FREE) {
+    ASSERT_ERR(err, t->ever_accepted ? UV_EBUSY : UV_EINVAL);
+  } else if (st == T_RETURNED) {
+    ASSERT_ERR(err, UV_EBUSY);
+  } else if (err == 0) {
+    t->intr_ok = 1;
+    atomic_store(&t->intr_done, 1);
+    p->interrupts_ok++;
   } else {
     ASSERT_ERR(err, UV_EBUSY);
   }
@@ -1282,6 +1629,8 @@ static void op_close(producer_t* p) {
   uv_rwlock_rdlock(&sl->lock);
   phase = S_OPEN;
   if (atomic_compare_exchange_strong(&sl->phase, &phase, S_CLAIMED)) {
+    if (!((r >> 8) & 1))
+      atomic_store(&sl->cancel_closing, 1); /* 0.5: runs may hear it */
     err = uvs_worker_close(&sl->worker, (r >> 8) & 1 ? UVS_DRAIN : UVS_CANCEL,
                            worker_close_cb);
     if (err != 0) {
@@ -1342,6 +1691,10 @@ static void op_recreate(producer_t* p) {
     /* A new incarnation: no suspension, no barrier. Suspensions held of
      * the old one ended with its close; their holders drop them. */
     sl->gen++;
+    /* 0.5: no close of this incarnation, no task waiting after a yield. */
+    atomic_store(&sl->cancel_closing, 0);
+    sl->yielded = NULL;
+    for (i = 0; i < NKEY; i++) sl->key_yielded[i] = NULL;
     atomic_store(&sl->susp_held, 0);
     atomic_store(&sl->susp_slack, 0);
     atomic_store(&sl->barrier_running, 0);
@@ -1408,6 +1761,73 @@ static void op_suspend(producer_t* p) {
 }
 
 
+/* 0.5: an expiry probe. Suspends a worker, schedules two tasks with an
+ * expiry of 1 ms onto it, and holds the suspension 4 ms: resume_due then
+ * dooms those that surely waited past their expiry. */
+static void op_probe(producer_t* p, int pi) {
+  slot_t* sl;
+  int phase;
+  int si;
+  int err;
+  int k;
+
+  si = (int) (rnd(p) % NSLOTS);
+  if (p->held_gen[si] >= 0)
+    return;
+  sl = &slots[si];
+  uv_rwlock_rdlock(&sl->lock);
+  phase =
+      atomic_load(&scheds_closing) ? S_SCHED_CLOSED : atomic_load(&sl->phase);
+  err = uvs_worker_suspend(&sl->worker);
+  check_shutdown(p, phase, err);
+  if (err == 0) {
+    if (atomic_load(&sl->susp_held) == 0)
+      atomic_store(&sl->susp_slack, sl->width);
+    atomic_fetch_add(&sl->susp_held, 1);
+    atomic_fetch_add(&sl->suspends, 1);
+    p->held_gen[si] = sl->gen;
+    p->held_until[si] = uv_hrtime() + 4000000u;
+    p->nheld++;
+    p->suspends_ok++;
+  }
+  uv_rwlock_rdunlock(&sl->lock);
+  if (err != 0)
+    return;
+  p->force_slot = si;
+  p->force_expiry = 1;
+  for (k = 0; k < 2; k++) {
+    p->probe[si][k] = op_schedule(p, pi, K_NOW, 0);
+    if (p->probe[si][k] != NULL) {
+      p->probe_c[si][k] = p->probe[si][k]->custody;
+      p->probes++;
+    }
+  }
+  p->force_slot = -1;
+}
+
+
+/* 0.5: before p resumes its suspension of slot i: a probe scheduled onto
+ * this incarnation more than its expiry plus 1 ms ago has waited that
+ * long (the worker was suspended from before its schedule, by p, and no
+ * close ended that): it must never start. */
+static void doom_probes(producer_t* p, int i, slot_t* sl, int phase) {
+  stask_t* t;
+  int k;
+
+  for (k = 0; k < 2; k++) {
+    t = p->probe[i][k];
+    p->probe[i][k] = NULL;
+    if (t == NULL || t->custody != p->probe_c[i][k] || t->gen != sl->gen ||
+        phase != S_OPEN || atomic_load(&closes_begin))
+      continue;
+    if (uv_hrtime() > t->t_return + (t->expiry + 1) * 1000000u) {
+      atomic_store(&t->doomed_c, p->probe_c[i][k]);
+      p->probes_doomed++;
+    }
+  }
+}
+
+
 /* 0.4: resumes the suspensions p holds that are due (all: force). */
 static void resume_due(producer_t* p, int force) {
   slot_t* sl;
@@ -1425,6 +1845,7 @@ static void resume_due(producer_t* p, int force) {
     if (sl->gen == p->held_gen[i]) {
       phase = atomic_load(&scheds_closing) ? S_SCHED_CLOSED
                                            : atomic_load(&sl->phase);
+      doom_probes(p, i, sl, phase);
       /* Runs may start from the moment the count falls. */
       atomic_fetch_sub(&sl->susp_held, 1);
       err = uvs_worker_resume(&sl->worker);
@@ -1432,7 +1853,10 @@ static void resume_due(producer_t* p, int force) {
       check_shutdown(p, phase, err);
       if (err == 0)
         p->resumes_ok++;
-    } /* else: closed and made anew, which ended it */
+    } else {
+      /* Closed and made anew, which ended it. */
+      p->probe[i][0] = p->probe[i][1] = NULL;
+    }
     uv_rwlock_rdunlock(&sl->lock);
     p->held_gen[i] = -1;
     p->nheld--;
@@ -1455,8 +1879,10 @@ static void one_op(producer_t* p, int pi) {
     op_schedule(p, pi, K_AFTER, 0);
   else if (r < 7200)
     op_schedule(p, pi, K_EVERY, 0);
-  else if (r < 9000)
+  else if (r < 8600)
     op_cancel(p, &p->tasks[rnd(p) % NTASK]);
+  else if (r < 9000)
+    op_interrupt(p, &p->tasks[rnd(p) % NTASK]);
   else if (r < 9150)
     op_cancel_periodic(p);
   else if (r < 9153)
@@ -1465,8 +1891,10 @@ static void one_op(producer_t* p, int pi) {
     op_recreate(p);
   else if (r < 9850)
     op_reschedule(p);
-  else if (r < 9870)
+  else if (r < 9865)
     op_suspend(p);
+  else if (r < 9870)
+    op_probe(p, pi);
   else if (r < 9900)
     op_schedule(p, pi, K_NOW, 1);
   else if (r < 9950)
@@ -1517,6 +1945,9 @@ static void finish(void) {
   atomic_store(&closes_begin, 1); /* suspensions end with the closes */
   for (int i = 0; i < NSCHED; i++) atomic_store(&races[i].phase, R_OFF);
   uv_close((uv_handle_t*) &tick, NULL);
+  /* 0.5: runs may hear UV_ECANCELED from these. */
+  atomic_store(&sched_cancel[0], !(seed & 1));
+  atomic_store(&sched_cancel[1], !(seed & 2));
   ASSERT_OK(uvs_sched_close(&scheds[0], seed & 1 ? UVS_DRAIN : UVS_CANCEL,
                             sched_close_cb));
   ASSERT_OK(uvs_sched_close(&scheds[1], seed & 2 ? UVS_DRAIN : UVS_CANCEL,
@@ -1618,8 +2049,10 @@ static void final_checks(void) {
   ASSERT_UINT64_EQ(scheduled,
                    (uint64_t) (task_accepts + post_accepts +
                                atomic_load(&self_accepts) + race_acc));
-  ASSERT_UINT64_EQ(ran, (uint64_t) (atomic_load(&task_runs) +
-                                    atomic_load(&post_runs) + race_runs));
+  /* 0.5: a run that yielded is not counted in `ran`. */
+  ASSERT_UINT64_EQ(
+      ran, (uint64_t) (atomic_load(&task_runs) - atomic_load(&yields_total) +
+                       atomic_load(&post_runs) + race_runs));
   /* Posts have no done_cb: those not run were dropped by a close, and the
    * stats count them as cancelled. */
   dropped = (long) cancelled - dones_cancelled - race_nonzero;
@@ -1653,6 +2086,23 @@ static void final_checks(void) {
         "# 0.4: %ld suspends, %ld resumes (the rest ended by closes), %ld "
         "barriers accepted; hooks on scheduler 0%s\n",
         susp, resumed, bars, hooked[1] ? " and 1" : "");
+    {
+      long intr = 0;
+      long probes = 0;
+      long doomed = 0;
+      for (i = 0; i < NPROD; i++) {
+        intr += prods[i].interrupts_ok;
+        probes += prods[i].probes;
+        doomed += prods[i].probes_doomed;
+      }
+      printf(
+          "# 0.5: %ld yields, %ld UV_EAGAIN and %ld UV_ECANCELED heard by "
+          "checks, %ld interrupts answered 0, %ld shed by expiry; %ld expiry "
+          "probes, %ld doomed, %ld of them shed\n",
+          atomic_load(&yields_total), atomic_load(&checks_eagain),
+          atomic_load(&checks_ecanceled), intr, dones_expired, probes, doomed,
+          doomed_shed);
+    }
     for (i = 0; i < NSCHED; i++)
       printf(
           "# race worker %d (key_max_pending %d): %ld bursts checked, %ld "
@@ -1788,6 +2238,7 @@ int main(int argc, char** argv) {
   for (i = 0; i < NPROD; i++) {
     prods[i].rng = seed * 0x9e3779b97f4a7c15ull + (uint64_t) i * 7919 + 1;
     for (j = 0; j < NSLOTS; j++) prods[i].held_gen[j] = -1;
+    prods[i].force_slot = -1;
     for (j = 0; j < NTASK; j++) {
       prods[i].tasks[j].owner = i;
       ASSERT_OK(uv_mutex_init(&prods[i].tasks[j].blk));

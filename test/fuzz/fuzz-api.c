@@ -61,6 +61,32 @@
  * thread, after the last ENDED, right before the done_cb with the same
  * status; NULL for posts and for the ENDED of a done-less task) and, at the
  * end, that the counts of the events agree with the callbacks.
+ *
+ * 0.5: op bytes of 0xf0 or more are the calls of long tasks that cooperate.
+ * A task not in the library's custody may be given a way to cooperate for
+ * its next custodies: yield 1 to 3 times, check a few times and yield on
+ * UV_EAGAIN, or interrupt itself, check, and yield. uvs_task_interrupt is
+ * predicted as uvs_task_cancel on the loop workers (the test's calls come
+ * between their runs) and as 0 or UV_EBUSY on the pool ones;
+ * uvs_task_set_expiry exactly (UV_EINVAL above 2^40, UV_EBUSY in custody);
+ * uvs_task_check and uvs_task_yield outside any run_cb, or about another
+ * task, answer UV_EINVAL, and uvs_current_task() is the running task in a
+ * run_cb (NULL in done_cb, in a post's fn, in the test, and, in an
+ * ACCEPTED hook, the task itself when its own run_cb schedules it). Each
+ * run checks: an answer of UV_ECANCELED has a cause (an interrupt was
+ * called, or a close with UVS_CANCEL began), and once heard, never 0
+ * again in that run; a run that starts after an interrupt returned 0
+ * hears UV_ECANCELED; a yield returns 0 (UV_EINVAL for a periodic task or
+ * a barrier, UV_EBUSY once the run scheduled its task again) and a second one
+ * changes nothing; a task that yielded runs again, before the tasks queued
+ * behind it (on the wide worker, of its key), and is handed back once: with 0
+ * after as many runs as yields plus one, or with UV_ECANCELED (cancelled,
+ * closed, or interrupted then yielded) after as many runs as yields; a barrier
+ * never starts while a task accepted before it waits after a yield; hooks see
+ * STARTED and ENDED per run and no new ACCEPTED; UV_ETIMEDOUT only for a task
+ * with an expiry that never ran; and `ran` counts runs that did not yield. A
+ * post dropped unrun is handed back with UV_ECANCELED (nothing here sheds a
+ * post or bounds its worker's posts).
  */
 
 #include "uvsched.h"
@@ -77,6 +103,7 @@
 #define NTASK 8
 #define MAX_MS ((uint64_t) 1 << 40)
 #define OP_NEW 0xc0 /* op bytes from here: suspend, resume, barrier */
+#define OP_05 0xf0  /* and from here: the calls of 0.5 */
 
 #define CHECK(expr)                                                            \
   do {                                                                         \
@@ -105,6 +132,8 @@
 enum { W_FREE, W_OPEN, W_CLOSING, W_SCLOSING, W_QCLOSING, W_CLOSED };
 enum { S_OPEN, S_CLOSING, S_CLOSED };
 enum { T_IDLE, T_QUEUED, T_DELAYED, T_PERIODIC, T_CANCELLED, T_FINISHED };
+/* 0.5: what a task's run_cb does to cooperate */
+enum { C_NONE, C_YIELD, C_CHECK, C_INTR };
 
 typedef struct {
   uvs_worker_t w;
@@ -128,6 +157,7 @@ typedef struct {
   long barrier_done_run; /* WIDE: run index of the last barrier done (0) */
   int barrier_running;
   int h_nul; /* hook: STARTED of posts and done-less tasks not yet ENDED */
+  int cancel_close; /* 0.5: a close of it with UVS_CANCEL was called */
 } slot_t;
 
 typedef struct {
@@ -157,6 +187,17 @@ typedef struct {
   int h_state;
   int h_credit;
   long h_accepts;
+  /* 0.5: how it cooperates (set out of custody: stable in one), and in
+   * this custody: yields that returned 0, an interrupt called (set before
+   * the call) or returned 0 (the test's), it interrupted itself and
+   * yielded; its expiry, which outlives custodies. */
+  int coop;
+  int coop_n;
+  int yields;
+  int intr_pend;
+  int intr;
+  int intr_self;
+  uint64_t expiry;
 } ftask_t;
 
 enum { H_IDLE, H_HELD, H_RUNNING };
@@ -193,6 +234,10 @@ static long h_nul_ended;
 static long h_hb_done;
 static long h_hb_doneless;
 static int sched_unsusp; /* the scheduler's close began */
+/* 0.5: the scheduler's close with UVS_CANCEL was called; runs that
+ * yielded (not counted in `ran`). */
+static int sched_cancel_close;
+static long yields_total;
 
 static const uint64_t key_values[NKEY] = {0, 1, 2, ((uint64_t) 1 << 32) | 1};
 
@@ -257,8 +302,11 @@ static void wide_start(ftask_t* t, slot_t* sl) {
     u = &tasks[i];
     if (u == t || u->slot != WIDE || !in_custody(u) || !u->barrier)
       continue;
-    /* A barrier accepted before it and still due to run: t waits. */
-    if (u->aseq < t->aseq && u->state == T_QUEUED && u->run_idx < 0)
+    /* A barrier accepted before it and still due to run: t waits. (One
+     * that an interrupt answered 0 for may have been cancelled, one with
+     * an expiry shed, before its done_cb tells the model.) */
+    if (u->aseq < t->aseq && u->state == T_QUEUED && u->run_idx < 0 &&
+        !u->intr && u->expiry == 0)
       CHECK(!"a task started before an earlier barrier ran");
   }
   if (t->barrier) {
@@ -305,6 +353,147 @@ static void wide_done(ftask_t* t) {
 
 /* ---- callbacks ---------------------------------------------------------- */
 
+static void spin_us(unsigned us) {
+  uint64_t until;
+
+  until = uv_hrtime() + us * 1000u;
+  while (uv_hrtime() < until) {
+  }
+}
+
+
+/* 0.5: an answer of uvs_task_check in a run of t; *seen: UV_ECANCELED was
+ * heard in this run already. */
+static void check_answer(ftask_t* t, slot_t* sl, int rc, int* seen) {
+  if (rc != 0 && rc != UV_EAGAIN)
+    CHECK_RC(rc, UV_ECANCELED);
+  if (*seen)
+    CHECK_RC(rc, UV_ECANCELED); /* never 0 again in this run */
+  if (rc == UV_ECANCELED && !*seen) {
+    uv_mutex_lock(&model_lock);
+    CHECK(t->intr_pend || sl->cancel_close || sched_cancel_close);
+    uv_mutex_unlock(&model_lock);
+    *seen = 1;
+  }
+}
+
+
+/* 0.5: a yield in a run of t, with the answer SPEC gives; a second one
+ * changes nothing. Returns whether it yielded. */
+static int coop_yield(ftask_t* t, int cannot, int rescheduled) {
+  int want;
+  int err;
+
+  want = cannot ? UV_EINVAL : rescheduled ? UV_EBUSY : 0;
+  err = uvs_task_yield(&t->t);
+  CHECK_RC(err, want);
+  if (err != 0)
+    return 0;
+  CHECK_RC(uvs_task_yield(&t->t), 0);
+  uv_mutex_lock(&model_lock);
+  t->yields++;
+  yields_total++;
+  uv_mutex_unlock(&model_lock);
+  if (hook_on) {
+    /* Its next STARTED is owed to the yield. */
+    uv_mutex_lock(&hook_lock);
+    t->h_credit++;
+    uv_mutex_unlock(&hook_lock);
+  }
+  return 1;
+}
+
+
+/* 0.5: what a run of t does to cooperate, after its other behaviour.
+ * intr0: an interrupt of the test had returned 0 when the run began.
+ * Returns whether it yielded. */
+static int coop_run(ftask_t* t,
+                    slot_t* sl,
+                    int periodic,
+                    int barrier,
+                    int rescheduled,
+                    int intr0) {
+  ftask_t* other;
+  int cannot;
+  int seen;
+  int mode;
+  int n;
+  int rc;
+  int i;
+
+  other = &tasks[(t - tasks + 1) % NTASK];
+  CHECK_RC(uvs_task_check(&other->t), UV_EINVAL);
+  CHECK_RC(uvs_task_yield(&other->t), UV_EINVAL);
+  CHECK(uvs_current_task() == &t->t);
+  uv_mutex_lock(&model_lock);
+  mode = t->coop;
+  n = t->coop_n;
+  uv_mutex_unlock(&model_lock);
+  seen = 0;
+  rc = uvs_task_check(&t->t);
+  check_answer(t, sl, rc, &seen);
+  /* It began after an interrupt returned 0: the interrupt reached it
+   * running, or it must not run. */
+  if (intr0)
+    CHECK_RC(rc, UV_ECANCELED);
+  cannot = periodic || barrier;
+  switch (mode) {
+    case C_YIELD:
+      if (t->yields < n || cannot || rescheduled)
+        return coop_yield(t, cannot, rescheduled);
+      return 0;
+    case C_CHECK:
+      for (i = 0; i < 6; i++) {
+        rc = uvs_task_check(&t->t);
+        check_answer(t, sl, rc, &seen);
+        if (rc == UV_ECANCELED)
+          return 0;
+        if (rc == UV_EAGAIN && !cannot)
+          return coop_yield(t, cannot, rescheduled);
+        spin_us(20);
+      }
+      return 0;
+    case C_INTR:
+      if (rescheduled)
+        return 0; /* the interrupt would meet its new custody */
+      uv_mutex_lock(&model_lock);
+      t->intr_pend = 1;
+      uv_mutex_unlock(&model_lock);
+      n = uvs_task_interrupt(&t->t);
+      if (is_pool(t->slot))
+        CHECK(n == 0 || n == UV_EBUSY); /* the test may have come first */
+      else
+        CHECK_RC(n, t->state == T_CANCELLED ? UV_EBUSY : 0);
+      CHECK_RC(uvs_task_interrupt(&t->t), UV_EBUSY);
+      rc = uvs_task_check(&t->t);
+      if (n == 0)
+        CHECK_RC(rc, UV_ECANCELED);
+      check_answer(t, sl, rc, &seen);
+      if (periodic) {
+        if (n == 0) {
+          /* It loses its later runs, as a cancel would. */
+          uv_mutex_lock(&model_lock);
+          t->state = T_CANCELLED;
+          t->periodic_cancelled = 1;
+          uv_mutex_unlock(&model_lock);
+        }
+        return 0;
+      }
+      if (n != 0 && !is_pool(t->slot))
+        return 0;
+      if (!coop_yield(t, cannot, 0))
+        return 0;
+      /* Handed back with UV_ECANCELED, not run again. */
+      uv_mutex_lock(&model_lock);
+      t->intr_self = 1;
+      uv_mutex_unlock(&model_lock);
+      return 0; /* it does not run again: not a yield that waits */
+    default:
+      return 0;
+  }
+}
+
+
 static void run_cb(uvs_task_t* task) {
   ftask_t* t;
   slot_t* sl;
@@ -313,9 +502,15 @@ static void run_cb(uvs_task_t* task) {
   int slow;
   int barrier;
   int has_done;
+  int periodic;
+  int rerun;
+  int rescheduled;
+  int yielded;
+  int intr0;
   int err;
 
   t = (ftask_t*) task;
+  CHECK(uvs_current_task() == task);
   uv_mutex_lock(&model_lock);
   sl = &slots[t->slot];
   /* A done-less task is the user's again once this run is entered: its
@@ -323,6 +518,11 @@ static void run_cb(uvs_task_t* task) {
   kidx = t->barrier ? 0 : t->kidx; /* a barrier belongs to no key */
   barrier = t->barrier;
   has_done = t->has_done;
+  periodic = t->period != 0;
+  intr0 = t->intr;
+  /* 0.5: a run after a yield, which comes before anything queued behind
+   * it (of its key, on the wide worker). */
+  rerun = !periodic && t->yields > 0;
   /* Behaviour 1 on the wide worker: a run of 100 us, so that runs meet. */
   slow = t->slot == WIDE && t->behaviour == 1;
   CHECK(sl->state == W_OPEN || sl->state == W_CLOSING ||
@@ -350,20 +550,22 @@ static void run_cb(uvs_task_t* task) {
   CHECK(t->state == T_QUEUED || t->state == T_DELAYED ||
         t->state == T_PERIODIC ||
         (is_pool(t->slot) && t->state == T_CANCELLED && t->periodic_cancelled));
+  CHECK(!t->intr_self);
   CHECK(uv_hrtime() >= t->not_before);
   if (t->seq >= 0 && t->slot == WIDE) {
-    CHECK(t->seq > sl->key_last_seq[kidx]);
+    CHECK(rerun ? t->seq == sl->key_last_seq[kidx]
+                : t->seq > sl->key_last_seq[kidx]);
     sl->key_last_seq[kidx] = t->seq;
   } else if (t->seq >= 0) {
-    CHECK(t->seq > sl->last_seq);
+    CHECK(rerun ? t->seq == sl->last_seq : t->seq > sl->last_seq);
     sl->last_seq = t->seq;
   }
   if (t->period != 0) {
     t->runs++;
     t->not_before += t->period * 1000000u;
   } else {
-    CHECK(t->runs == 0);
-    t->runs = 1;
+    CHECK(t->runs == t->yields);
+    t->runs++;
   }
   runs_total++;
   if (!t->has_done) {
@@ -377,9 +579,17 @@ static void run_cb(uvs_task_t* task) {
     while (uv_hrtime() < until) {
     }
   }
-  /* Loop workers only: these change the model, which must not race. */
-  if (is_pool(t->slot) || !t->has_done)
+  rescheduled = 0;
+  yielded = 0;
+  if (!has_done) {
+    /* The user's already: it may be scheduled anew at any moment. Only
+     * what holds whatever it is doing. */
+    CHECK_RC(uvs_task_interrupt(task), UV_EINVAL);
     goto out;
+  }
+  /* Loop workers only: these change the model, which must not race. */
+  if (is_pool(t->slot))
+    goto coop;
   if (t->behaviour == 1 && t->state == T_QUEUED) {
     /* Again from its own run_cb, once. */
     long h0 = 0;
@@ -405,6 +615,10 @@ static void run_cb(uvs_task_t* task) {
       t->runs = 0;
       t->seq = sl->next_seq++;
       t->not_before = 0;
+      /* A new custody, as model_accept begins one. */
+      t->yields = 0;
+      t->intr_pend = t->intr = t->intr_self = 0;
+      rescheduled = 1;
     }
   } else if (t->behaviour == 2) {
     /* Cancel from its own run_cb: busy for a one-shot, 0 for a periodic. */
@@ -426,6 +640,8 @@ static void run_cb(uvs_task_t* task) {
     sl->state = W_QCLOSING;
     model_close(t->slot, UVS_DRAIN);
   }
+coop:
+  yielded = coop_run(t, sl, periodic, barrier, rescheduled, intr0);
 out:
   uv_mutex_lock(&model_lock);
   sl->ran_active--;
@@ -433,8 +649,9 @@ out:
     sl->key_active[kidx]--;
   if (sl == &slots[WIDE] && barrier)
     sl->barrier_running = 0;
-  /* A done-less task is the user's already: it may be in a new custody. */
-  if (has_done)
+  /* A done-less task is the user's already: it may be in a new custody.
+   * One that yielded has not returned for good: it runs again. */
+  if (has_done && !yielded)
     t->run_returned = 1;
   uv_mutex_unlock(&model_lock);
 }
@@ -447,6 +664,9 @@ static void done_cb(uvs_task_t* task, int status) {
   t = (ftask_t*) task;
   CHECK(t->has_done);
   CHECK(in_custody(t));
+  CHECK(uvs_current_task() == NULL);
+  CHECK_RC(uvs_task_check(task), UV_EINVAL);
+  CHECK_RC(uvs_task_yield(task), UV_EINVAL);
   if (hook_on) {
     /* HANDED_BACK for this task came right before, with this status. */
     uv_mutex_lock(&hook_lock);
@@ -468,7 +688,9 @@ static void done_cb(uvs_task_t* task, int status) {
     if (!(status == UV_ENOBUFS && t->slot == WIDE && slots[WIDE].key_max != 0))
       CHECK_RC(status, UV_ECANCELED);
   } else if (status == 0) {
-    CHECK(t->runs == 1);
+    /* Its runs: one per yield, and the one that returned for good. */
+    CHECK(t->runs == t->yields + 1);
+    CHECK(!t->intr_self);
     CHECK(t->state == T_QUEUED || t->state == T_DELAYED);
     if (t->slot == WIDE && t->seq >= 0) {
       /* Per key, in schedule order. */
@@ -478,11 +700,18 @@ static void done_cb(uvs_task_t* task, int status) {
   } else if (status == UV_ENOBUFS) {
     /* Evicted by DROP_OLDEST for its key: only on a bounded wide worker. */
     CHECK(t->slot == WIDE && slots[WIDE].key_max != 0);
+    CHECK(t->runs == t->yields); /* waiting after a yield is queued */
+  } else if (status == UV_ETIMEDOUT) {
+    /* 0.5: shed by its expiry (the workers here have no max_wait_ms);
+     * never once it started. */
+    CHECK(t->expiry != 0);
     CHECK(t->runs == 0);
   } else {
     CHECK_RC(status, UV_ECANCELED);
-    CHECK(t->runs == 0);
-    CHECK(!t->cancel_busy);
+    CHECK(t->runs == t->yields);
+    /* A cancel that found it running: it ran, unless it yielded after, or
+     * an interrupt reached it. */
+    CHECK(!t->cancel_busy || t->yields > 0 || t->intr);
   }
   handed_back++;
   if (status != 0)
@@ -495,6 +724,7 @@ static void post_fn(void* arg) {
   slot_t* sl;
 
   sl = arg;
+  CHECK(uvs_current_task() == NULL);
   uv_mutex_lock(&model_lock);
   CHECK(on_loop() == !is_pool(slot_of(&sl->w)));
   if (sl == &slots[WIDE])
@@ -535,6 +765,10 @@ static void hook(
   sl = &slots[s];
   if (ev != UVS_EV_HANDED_BACK)
     CHECK(status == 0);
+  /* 0.5: a call from a run_cb is its own task's (behaviour 1); the test's
+   * come from no run_cb. */
+  if (ev == UVS_EV_ACCEPTED)
+    CHECK(uvs_current_task() == NULL || uvs_current_task() == task);
   uv_mutex_lock(&hook_lock);
   if (task == NULL) {
     /* A post (every event), or the ENDED of a done-less task. */
@@ -553,7 +787,9 @@ static void hook(
         break;
       case UVS_EV_HANDED_BACK:
         CHECK(on_loop());
-        CHECK(status != 0);
+        /* Dropped by a close: no worker here sheds (none has max_wait_ms,
+         * and a post has no expiry of its own) or bounds its posts. */
+        CHECK_RC(status, UV_ECANCELED);
         CHECK(h_expect_done == NULL);
         h_posts_dropped++;
         break;
@@ -767,6 +1003,8 @@ static void model_accept(ftask_t* t,
   t->run_idx = -1;
   t->run_returned = 0;
   t->overtaken = 0;
+  t->yields = 0;
+  t->intr_pend = t->intr = t->intr_self = 0;
   /* Order is checked on the loop workers, and per key on the wide one (a
    * barrier has no key there). */
   t->seq = state == T_QUEUED &&
@@ -879,17 +1117,39 @@ static void op_schedule(input_t* in, int kind) {
 }
 
 
-static void op_cancel(input_t* in) {
+/* uvs_task_cancel, or (intr) uvs_task_interrupt: the same answers for a
+ * task that is not running, which on the loop workers is every task the
+ * test can reach; on the pool ones an interrupt may also reach a running
+ * task (0). */
+static void op_cancel(input_t* in, int intr) {
   ftask_t* t;
+  int may_yield;
   int err;
 
   t = &tasks[take(in) % NTASK];
-  err = uvs_task_cancel(&t->t);
+  if (intr) {
+    /* Before the call: a run may hear UV_ECANCELED at once. */
+    uv_mutex_lock(&model_lock);
+    t->intr_pend = 1;
+    uv_mutex_unlock(&model_lock);
+  }
+  err = intr ? uvs_task_interrupt(&t->t) : uvs_task_cancel(&t->t);
   uv_mutex_lock(&model_lock);
+  /* A pool task found running may have yielded since, and wait queued. */
+  may_yield = is_pool(t->slot) && (t->coop == C_YIELD || t->coop == C_CHECK);
   if (t->state == T_IDLE || !t->has_done) {
     CHECK_RC(err, UV_EINVAL);
-  } else if (t->state == T_FINISHED || t->state == T_CANCELLED ||
-             t->cancel_busy || t->close_hit) {
+  } else if (t->state == T_FINISHED || t->state == T_CANCELLED || t->intr ||
+             t->intr_self) {
+    CHECK_RC(err, UV_EBUSY);
+  } else if (intr && is_pool(t->slot)) {
+    /* Cancelled, or it reached a running run (one a cancel or a close
+     * found running too); or it was handed back meanwhile. */
+    if (err == 0)
+      t->intr = 1;
+    else
+      CHECK_RC(err, UV_EBUSY);
+  } else if (t->close_hit || (t->cancel_busy && !may_yield)) {
     CHECK_RC(err, UV_EBUSY);
   } else if (t->uncertain) {
     if (err == 0) {
@@ -900,7 +1160,9 @@ static void op_cancel(input_t* in) {
       t->close_hit = 1;
     }
   } else if (t->state == T_PERIODIC) {
-    CHECK_RC(err, 0);
+    /* On the pool its own run may have interrupted it just now. */
+    if (!(err == UV_EBUSY && is_pool(t->slot) && t->intr_pend))
+      CHECK_RC(err, 0);
     t->state = T_CANCELLED;
     t->periodic_cancelled = 1;
   } else if (is_pool(t->slot) && err != 0) {
@@ -1039,6 +1301,7 @@ static void op_worker(input_t* in) {
 
       sl->state = W_OPEN;
       sl->last_seq = -1;
+      sl->cancel_close = 0;
       sl->susp = sl->slack = sl->unsusp = 0;
       sl->aseq_next = sl->run_next = 0;
       sl->barrier_done_run = -1;
@@ -1054,6 +1317,12 @@ static void op_worker(input_t* in) {
     /* It will close: from now its suspension has ended. */
     uv_mutex_lock(&model_lock);
     sl->unsusp = 1;
+    uv_mutex_unlock(&model_lock);
+  }
+  if (!(a & 4) && (a & 8)) {
+    /* 0.5: a run may hear UV_ECANCELED from now. */
+    uv_mutex_lock(&model_lock);
+    sl->cancel_close = 1;
     uv_mutex_unlock(&model_lock);
   }
   err = uvs_worker_close(&sl->w,
@@ -1092,7 +1361,8 @@ static void op_task_init(input_t* in) {
   if (!(a & 8)) {
     t->state = T_IDLE;
     t->has_done = !(a & 16);
-    t->kidx = 0; /* init leaves no key */
+    t->kidx = 0;   /* init leaves no key */
+    t->expiry = 0; /* nor an expiry */
   }
 }
 
@@ -1181,6 +1451,69 @@ static void op_barrier(input_t* in) {
 }
 
 
+/* ---- 0.5 operations ---------------------------------------------------- */
+
+/* How a task cooperates in its next custodies: not while it is in one. */
+static void op_coop(input_t* in) {
+  unsigned a;
+  ftask_t* t;
+
+  a = take(in);
+  t = &tasks[a % NTASK];
+  if (in_custody(t))
+    return;
+  uv_mutex_lock(&model_lock);
+  t->coop = (int) ((a >> 3) & 3);
+  t->coop_n = 1 + (int) ((a >> 5) % 3);
+  uv_mutex_unlock(&model_lock);
+}
+
+
+/* uvs_task_set_expiry: UV_EINVAL (NULL, above 2^40) wins over UV_EBUSY (in
+ * custody); 0 otherwise, and it stays. */
+static void op_expiry(input_t* in) {
+  static const uint64_t values[8] = {0,    1,      2,          5,
+                                     1000, MAX_MS, MAX_MS + 1, UINT64_MAX};
+  unsigned a;
+  ftask_t* t;
+  uint64_t v;
+  int err;
+
+  a = take(in);
+  t = &tasks[a % NTASK];
+  v = values[(a >> 3) & 7];
+  if (a & 0x80) {
+    CHECK_RC(uvs_task_set_expiry(NULL, v), UV_EINVAL);
+    return;
+  }
+  if (t->limbo && in_custody(t))
+    return; /* a done-less pool task: whether the library has it is unknown */
+  err = uvs_task_set_expiry(&t->t, v);
+  if (v > MAX_MS) {
+    CHECK_RC(err, UV_EINVAL);
+  } else if (in_custody(t)) {
+    CHECK_RC(err, UV_EBUSY);
+  } else {
+    CHECK_RC(err, 0);
+    t->expiry = v;
+  }
+}
+
+
+/* From the test, outside any run_cb: UV_EINVAL, and no current task. */
+static void op_outside(input_t* in) {
+  ftask_t* t;
+
+  t = &tasks[take(in) % NTASK];
+  CHECK_RC(uvs_task_check(&t->t), UV_EINVAL);
+  CHECK_RC(uvs_task_yield(&t->t), UV_EINVAL);
+  CHECK_RC(uvs_task_check(NULL), UV_EINVAL);
+  CHECK_RC(uvs_task_yield(NULL), UV_EINVAL);
+  CHECK_RC(uvs_task_interrupt(NULL), UV_EINVAL);
+  CHECK(uvs_current_task() == NULL);
+}
+
+
 static void close_sched(uvs_close_how_t how) {
   int err;
   int i;
@@ -1188,6 +1521,8 @@ static void close_sched(uvs_close_how_t how) {
   if (sched_state == S_OPEN) {
     uv_mutex_lock(&model_lock);
     sched_unsusp = 1; /* every suspension ends */
+    if (how == UVS_CANCEL)
+      sched_cancel_close = 1;
     uv_mutex_unlock(&model_lock);
   }
   err = uvs_sched_close(&sched, how, sched_close_cb);
@@ -1230,6 +1565,8 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   sched_close_cbs = 0;
   waits = 0;
   sched_unsusp = 0;
+  sched_cancel_close = 0;
+  yields_total = 0;
   h_expect_done = NULL;
   h_posts_accepted = h_posts_started = h_posts_dropped = h_nul_ended = 0;
   h_hb_done = h_hb_doneless = 0;
@@ -1256,6 +1593,23 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   while (in.n > 0) {
     unsigned op = take(&in);
 
+    if (op >= OP_05) {
+      switch ((op - OP_05) % 4) {
+        case 0:
+          op_coop(&in);
+          break;
+        case 1:
+          op_cancel(&in, 1);
+          break;
+        case 2:
+          op_expiry(&in);
+          break;
+        default:
+          op_outside(&in);
+          break;
+      }
+      continue;
+    }
     if (op >= OP_NEW) {
       switch ((op - OP_NEW) % 4) {
         case 0:
@@ -1282,7 +1636,7 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         op_schedule(&in, 2);
         break;
       case 4:
-        op_cancel(&in);
+        op_cancel(&in, 0);
         break;
       case 5:
         op_post(&in);
@@ -1321,7 +1675,8 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   /* Every custody ended once; posts not run were dropped by a close. */
   CHECK(custodies == handed_back + released_run + released_close);
   CHECK(final_stats.pending == 0);
-  CHECK((long) final_stats.ran == runs_total + posts_ran);
+  /* A run that yielded is not counted in `ran`. */
+  CHECK((long) final_stats.ran == runs_total - yields_total + posts_ran);
   CHECK((long) final_stats.scheduled == accepted + posts_accepted);
   CHECK((long) final_stats.cancelled - handed_back_cancelled - released_close ==
         posts_accepted - posts_ran);
