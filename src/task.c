@@ -321,8 +321,7 @@ static int schedule(uvs_worker_t* w,
   else if (delayed)
     err = accept_later(w, t, t_call, delay_ms, period_ms);
   else
-    err = accept_now(w, t, barrier ? UVS__T_BARRIER : 0,
-                     count);
+    err = accept_now(w, t, barrier ? UVS__T_BARRIER : 0, count);
   uvs__worker_unpin(w, foreign);
   return err;
 }
