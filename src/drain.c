@@ -33,7 +33,7 @@ typedef struct {
 
 /* Runs one task a drain took from its batch. No lock held. Returns 1 if
  * its run_cb yielded (0.5, coop.c): then it is neither counted as run
- * nor handed back, and the caller queues it again (requeue). */
+ * nor handed back, and the caller queues it again (uvs__worker_requeue). */
 static inline __attribute__((always_inline)) int run_one(uvs_sched_t* s,
                                                          uvs_worker_t* w,
                                                          counts_t c,
@@ -255,7 +255,9 @@ typedef struct {
   uint64_t ns;         /* the batch's length (a pool worker's) */
   int check;           /* a task ran: the slice is looked at from now on */
   int over;            /* the slice has passed */
-  uvs_task_t* yielded; /* 0.5: the task whose run yielded, to queue again */
+  int lazy;            /* its own slice starts with its first batch */
+  uint64_t now;        /* the clock as its last batch ended, or 0 */
+  uvs_task_t* yielded; /* 0.5: a task whose run yielded, to queue again */
 } turn_t;
 
 
@@ -275,13 +277,21 @@ static void turn_init(turn_t* tn,
   tn->sl = &tn->own;
   tn->budget = budget;
   tn->batch_max = UVS__BATCH;
+  tn->lazy = 0;
+  tn->now = 0;
   if (budget == 0) {
     tn->budget = UINT32_MAX;
+    /* A pool worker's turn reads the clock as its first batch starts
+     * (timed_batch): its slice starts then, without a read of its own. */
     if (rs != NULL)
       tn->sl = rs;
+    else if (w->where == UVS_POOL)
+      tn->lazy = 1;
     else
       uvs__slice_start(&tn->own);
-    tn->batch_max = UVS__FIRST_BATCH;
+    /* A lane's batch is one key's run, which no other lane could start:
+     * putting some back costs it nothing, so it takes the run whole. */
+    tn->batch_max = lane != NULL ? UVS__BATCH : UVS__FIRST_BATCH;
   }
   tn->ran = 0;
   tn->check = 0;
@@ -290,33 +300,6 @@ static void turn_init(turn_t* tn,
   tn->done.newest = NULL;
   tn->done.oldest = NULL;
   uvs__queue_init(&tn->posts);
-}
-
-
-/* A run that yielded (0.5, coop.c): the task keeps its place at the head
- * of its worker's queue, or of its key's on a wide worker, for the
- * worker's next turn; counted as queued again, never shed (it has
- * started). If uvs_task_interrupt reached it, or a close with UVS_CANCEL
- * began, it is handed back with UV_ECANCELED instead. Lock held, after
- * the batch's unstarted tasks went back (put_back), so that it goes ahead
- * of them. */
-static void requeue(turn_t* tn, uvs_task_t* t) {
-  uvs_worker_t* w;
-
-  w = tn->w;
-  tn->yielded = NULL;
-  if ((uvs__load_rlx(&t->state) & UVS__T_INTERRUPTED) || uvs__cancelling(w)) {
-    uvs__drop(tn->s, t, UV_ECANCELED);
-    return;
-  }
-  uvs__task_update(t, 0, UVS__T_YIELDED);
-  if (w->counting)
-    uvs__add_sc(&w->q_in, 1);
-  uvs__mark_ready(w, t);
-  if (tn->lane == NULL)
-    uvs__queue_unshift(&w->fifo, &t->node);
-  else
-    uvs__keys_requeue(w, t);
 }
 
 
@@ -332,6 +315,7 @@ static unsigned run_batch(turn_t* tn, uvs_task_t** slots, unsigned n) {
 
   w = tn->w;
   s = tn->s;
+  uvs__tls.end_ns = tn->sl->end_ns; /* what uvs_task_check() asks (coop.c) */
   for (i = 0; i < n; i++) {
     /* No task starts once the slice has passed (a lane looked before it
      * picked its first). */
@@ -368,9 +352,8 @@ static unsigned run_batch(turn_t* tn, uvs_task_t** slots, unsigned n) {
       uv_mutex_unlock(&s->lock);
       continue;
     }
-    /* What uvs_task_check() asks of this turn (coop.c). */
-    uvs__tls.end_ns = tn->sl->end_ns;
-    uvs__tls.spent = tn->ran + i + 1 >= tn->budget;
+    if (tn->sl->end_ns == 0) /* with a budget: the turn's last task? */
+      uvs__tls.spent = tn->ran + i + 1 >= tn->budget;
     if (w->counting ? run_counted(s, w, tn->c, t, &tn->posts, &tn->done)
                     : run_one(s, w, tn->c, t, &tn->posts, &tn->done)) {
       /* It keeps its place, and the turn ends there (0.5). */
@@ -385,18 +368,18 @@ static unsigned run_batch(turn_t* tn, uvs_task_t** slots, unsigned n) {
    * the keys let the next task of each start. */
   uvs__chain_push(s, &tn->done);
   tn->ran += i;
-  /* Once a batch (every UVS__BATCH tasks for a lane, which takes one at a
-   * time): a slice that passed during the batch's last task ends the turn
-   * before another batch is moved out, and one that did not lets batches
-   * grow. */
-  if (tn->sl->end_ns != 0 && !tn->over &&
-      (tn->lane == NULL || tn->ran % UVS__BATCH < i)) {
-    if (uv_hrtime() >= tn->sl->end_ns)
-      tn->over = 1;
-    else if (tn->batch_max < UVS__BATCH)
-      tn->batch_max *= 2;
-  }
   return i;
+}
+
+
+/* After a batch, now being the clock as it ended: a slice that passed
+ * during the batch's last task ends the turn before another batch is
+ * moved out, and one that did not lets batches grow. */
+static void batch_ended(turn_t* tn, uint64_t now) {
+  if (now >= tn->sl->end_ns)
+    tn->over = 1;
+  else if (tn->batch_max < UVS__BATCH)
+    tn->batch_max *= 2;
 }
 
 
@@ -408,15 +391,29 @@ static unsigned timed_batch(turn_t* tn, uvs_task_t** slots, unsigned n) {
   unsigned i;
   uint64_t t0;
 
-  if (tn->w->where != UVS_POOL)
-    return run_batch(tn, slots, n);
+  if (tn->w->where != UVS_POOL) {
+    i = run_batch(tn, slots, n);
+    if (tn->sl->end_ns != 0 && !tn->over)
+      batch_ended(tn, uv_hrtime());
+    return i;
+  }
   g = uvs__group_of(tn->w);
   tn->ran0 = uvs__load_rlx(tn->c.ran);
   __atomic_fetch_add(&g->running, 1, __ATOMIC_RELAXED);
+  /* One clock read before the batch and one after serve the group's
+   * account, the turn's slice (which starts with its first batch), the
+   * check after the batch, and the drain's hold (uvs__run_ready). */
   t0 = uv_hrtime();
+  if (tn->lazy) {
+    tn->lazy = 0;
+    tn->own.end_ns = t0 + UVS__SLICE_NS;
+  }
   i = run_batch(tn, slots, n);
-  tn->ns = uv_hrtime() - t0;
+  tn->now = uv_hrtime();
+  tn->ns = tn->now - t0;
   __atomic_fetch_sub(&g->running, 1, __ATOMIC_RELAXED);
+  if (tn->sl->end_ns != 0 && !tn->over)
+    batch_ended(tn, tn->now);
   return i;
 }
 
@@ -431,7 +428,8 @@ static unsigned turn(uvs_worker_t* w,
                      uvs__lane_t* lane,
                      uvs__slice_t* rs,
                      unsigned budget,
-                     int held) {
+                     int held,
+                     uint64_t* now) {
   uvs_task_t** slots;
   uvs_sched_t* s;
   turn_t tn;
@@ -474,7 +472,7 @@ static unsigned turn(uvs_worker_t* w,
     if (i < n)
       put_back(w, slots, i, n);
     if (tn.yielded != NULL)
-      requeue(&tn, tn.yielded);
+      uvs__worker_requeue(w, tn.yielded);
     /* The key's next task joins the tail of kready, unless the batch's
      * head went back unstarted. */
     if (lane != NULL && i > 0 && uvs__keys_batch_done(w, lane) &&
@@ -489,14 +487,9 @@ static unsigned turn(uvs_worker_t* w,
   uvs__tls.draining = 0;
   if (!held)
     uv_mutex_unlock(&s->lock);
+  if (now != NULL)
+    *now = tn.now != 0 ? tn.now : uv_hrtime();
   return tn.ran;
-}
-
-
-/* The end of a drain's hold (SPEC 0.5, guarantee 7): the end of the first
- * turn that ends once it has held its pool thread for hold_us. */
-static uint64_t hold_end(uvs_sched_t* s) {
-  return uv_hrtime() + s->hold_ns;
 }
 
 
@@ -504,6 +497,7 @@ void uvs__lane_turn(uvs__lane_t* lane) {
   uvs_worker_t* w;
   uvs_sched_t* s;
   uint64_t end;
+  uint64_t now;
 
   /* Key after key on the same thread, each one batch (its key's turn),
    * until nothing may start or the hold is spent: a lane looks at its hold
@@ -512,9 +506,9 @@ void uvs__lane_turn(uvs__lane_t* lane) {
    * producer may have filled the room it seemed to make. */
   w = lane->w;
   s = w->sched;
-  end = hold_end(s);
+  end = uv_hrtime() + s->hold_ns; /* the hold (SPEC 0.5) */
   uv_mutex_lock(&s->lock);
-  while (turn(w, lane, NULL, s->budget, 1) != 0 && uv_hrtime() < end)
+  while (turn(w, lane, NULL, s->budget, 1, &now) != 0 && now < end)
     ;
   uv_mutex_unlock(&s->lock);
 }
@@ -522,6 +516,7 @@ void uvs__lane_turn(uvs__lane_t* lane) {
 
 void uvs__run_ready(uvs_sched_t* s, uvs_worker_t* w, unsigned* group) {
   uint64_t end;
+  uint64_t now;
 
   /* When a worker's turn ends (budget tasks, or its ~1 ms slice) with work
    * left, it rejoins the tail of its group's ready list, and this drain
@@ -534,12 +529,12 @@ void uvs__run_ready(uvs_sched_t* s, uvs_worker_t* w, unsigned* group) {
    * for (loop.c, dispatch), so one this drain takes had none coming. The
    * lock stays held from the end of one turn to the first batch of the
    * next: one acquisition per turn, not three. */
-  end = hold_end(s);
+  end = uv_hrtime() + s->hold_ns; /* the hold (SPEC 0.5) */
   uv_mutex_lock(&s->lock);
   for (;;) {
-    turn(w, NULL, NULL, s->budget, 1);
+    turn(w, NULL, NULL, s->budget, 1, &now);
     uvs__turn_ended(w, 0); /* no ring: this drain looks at once */
-    if (uv_hrtime() >= end)
+    if (now >= end)
       break;
     w = uvs__ready_take(s, 1, group);
     if (w == NULL)
@@ -574,7 +569,7 @@ int uvs__loop_turn(uvs_sched_t* s) {
   while ((q = uvs__queue_shift(&turns)) != NULL) {
     w = uvs__container_of(q, uvs_worker_t, ready_node);
     w->phase = UVS__P_POSTED;
-    turn(w, NULL, s->budget == 0 ? &sl : NULL, s->budget, 1);
+    turn(w, NULL, s->budget == 0 ? &sl : NULL, s->budget, 1, NULL);
     uvs__turn_ended(w, 1);
     if (s->budget == 0 && uvs__slice_over(&sl)) {
       /* The ones left out, ahead of any that became ready since. */

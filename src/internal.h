@@ -219,6 +219,13 @@ int uvs__take_out(uvs_worker_t* worker, uvs_task_t* task);
 /* Takes the oldest queued task out of w (lock held), or NULL: a drain's
  * batch holds the oldest, its first slot not yet taken. */
 uvs_task_t* uvs__take_oldest(uvs_worker_t* worker);
+/* A run that yielded (0.5, coop.c; lock held, after the rest of its batch
+ * went back): the task keeps its place at the head of the queue, or of
+ * its key's on a wide worker, for the worker's next turn, counted as
+ * queued again and never shed (it has started); or, if
+ * uvs_task_interrupt reached it or a close with UVS_CANCEL began, it is
+ * handed back with UV_ECANCELED. */
+void uvs__worker_requeue(uvs_worker_t* worker, uvs_task_t* task);
 /* A wide worker's intake (lock held): moves queued tasks to kready or
  * behind their key, until kready holds enough for the lanes. UV_EAGAIN if
  * it stopped at a push in progress, UV_ENOMEM if a key's entry can't be

@@ -202,7 +202,7 @@ int uvs__keys_take_in(uvs_worker_t* w, uvs_task_t* t) {
     if (__atomic_load_n(&t->state, __ATOMIC_RELAXED) & UVS__T_BARRIER)
       k->barrier = t;
     ready_push(w, t);
-    return 0;
+    return uvs__keys_want(w);
   }
   e = uvs__kt_lookup(k, t->key);
   if (e == NULL && (e = uvs__kt_new(k, t->key)) == NULL)
@@ -215,11 +215,11 @@ int uvs__keys_take_in(uvs_worker_t* w, uvs_task_t* t) {
   }
   if (e->head != NULL) {
     uvs__queue_push(&e->q, &t->node);
-    return 0;
+    return 1;
   }
   set_head(e, t);
   ready_push(w, t);
-  return 0;
+  return uvs__keys_want(w);
 }
 
 

@@ -36,9 +36,9 @@ void uvs__keys_free(uvs_worker_t* w);
 uvs__lane_t* uvs__keys_lane(uvs_worker_t* w, unsigned i);
 /* Intake (uvs__worker_intake() in worker.c): do the lanes want more in
  * kready (it holds fewer than they need, and no barrier waits)? Then
- * take_in files one task from the queue onto kready or behind its key:
- * 0, or UV_ENOMEM if its key's entry can't be had (the caller keeps it
- * queued for a later try). */
+ * take_in files one task from the queue onto kready or behind its key,
+ * and answers the same question again: 1 or 0, or UV_ENOMEM if its key's
+ * entry can't be had (the caller keeps it queued for a later try). */
 int uvs__keys_want(uvs_worker_t* w);
 int uvs__keys_take_in(uvs_worker_t* w, uvs_task_t* t);
 /* The next task a lane may start, and its key's entry in lane->kent

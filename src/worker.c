@@ -329,20 +329,39 @@ uvs_task_t* uvs__take_oldest(uvs_worker_t* w) {
 
 int uvs__worker_intake(uvs_worker_t* w) {
   uvs_task_t* t;
+  int more;
 
   /* Only as far as lanes need to start tasks (uvs__keys_want): the inbox
    * keeps the rest, whose keys then get no entry yet. */
-  while (uvs__keys_want(w)) {
+  more = uvs__keys_want(w);
+  while (more > 0) {
     t = uvs__inbox_take(w, 1);
     if (t == NULL)
       return uvs__inbox_nonempty(w) ? UV_EAGAIN : 0;
-    if (uvs__keys_take_in(w, t) != 0) {
+    more = uvs__keys_take_in(w, t);
+    if (more == UV_ENOMEM) {
       /* Out of memory: back to the head of the FIFO, for a later try. */
       uvs__queue_unshift(&w->fifo, &t->node);
       return UV_ENOMEM;
     }
   }
   return 0;
+}
+
+
+void uvs__worker_requeue(uvs_worker_t* w, uvs_task_t* t) {
+  if ((uvs__load_rlx(&t->state) & UVS__T_INTERRUPTED) || uvs__cancelling(w)) {
+    uvs__drop(w->sched, t, UV_ECANCELED);
+    return;
+  }
+  uvs__task_update(t, 0, UVS__T_YIELDED);
+  if (w->counting)
+    uvs__add_sc(&w->q_in, 1);
+  uvs__mark_ready(w, t);
+  if (w->keys == NULL)
+    uvs__queue_unshift(&w->fifo, &t->node);
+  else
+    uvs__keys_requeue(w, t);
 }
 
 
