@@ -349,7 +349,7 @@ int uvs__keys_batch_done(uvs_worker_t* w, uvs__lane_t* lane) {
 }
 
 
-int uvs__keys_unlinked(uvs_worker_t* w, uvs_task_t* t) {
+int uvs__keys_unlinked(uvs_worker_t* w, uvs_task_t* t, int from_slot) {
   uvs__kent_t* e;
   int lifted;
 
@@ -372,8 +372,11 @@ int uvs__keys_unlinked(uvs_worker_t* w, uvs_task_t* t) {
     return lifted;
   /* A picked head was counted out when it was picked; the rest of its
    * key's run, in the lane's slots, counts out as each starts or leaves.
-   * One queued past its key's count and not taken in was never in it. */
-  if (!(e->head == t && e->taken) &&
+   * One queued past its key's count and not taken in was never in it. The
+   * picked head is the one that leaves a slot: the same task scheduled
+   * again from its run_cb is also its key's head, and queued behind
+   * itself it counts like any other queued task. */
+  if (!(from_slot && e->head == t && e->taken) &&
       !(__atomic_load_n(&t->state, __ATOMIC_RELAXED) & UVS__T_UNCOUNTED))
     count_out(w, e);
   if (e->head == t && !e->taken)

@@ -62,10 +62,11 @@ void uvs__keys_requeue(uvs_worker_t* w, uvs_task_t* t);
  * run). Only without per-key bounds, which count a task out as it is
  * picked. */
 uvs_task_t* uvs__keys_next_of(uvs__kent_t* e);
-/* A queued task was taken out (cancel, eviction): releases its key if it
- * was its key's next. Call before the task is handed back. Returns 1 if
- * it was a waiting barrier, lifted: as uvs__keys_batch_done(). */
-int uvs__keys_unlinked(uvs_worker_t* w, uvs_task_t* t);
+/* A queued task was taken out (cancel, eviction), from a lane's batch if
+ * from_slot: releases its key if it was its key's next. Call before the
+ * task is handed back. Returns 1 if it was a waiting barrier, lifted: as
+ * uvs__keys_batch_done(). */
+int uvs__keys_unlinked(uvs_worker_t* w, uvs_task_t* t, int from_slot);
 /* The oldest queued task that lanes took in, left where it is (kready,
  * then the tasks behind running keys), or NULL. */
 uvs_task_t* uvs__keys_oldest(uvs_worker_t* w);

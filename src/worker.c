@@ -288,7 +288,7 @@ int uvs__take_out(uvs_worker_t* w, uvs_task_t* t) {
   }
   if (w->keys != NULL) {
     /* A barrier taken out lets what waited behind it go on. */
-    if (uvs__keys_unlinked(w, t) && uvs__worker_nonempty(w))
+    if (uvs__keys_unlinked(w, t, slot != NULL) && uvs__worker_nonempty(w))
       uvs__worker_ready(w, 1);
     if (w->key_max != 0)
       uvs__keys_space_check(w);

@@ -184,7 +184,9 @@ typedef struct {
   int width;            /* 1: serial; WIDTH: wide, checked per key */
   long last_seq[NPROD]; /* by run callbacks, one at a time */
   long next_seq[NPROD]; /* by producer p only */
-  uint64_t closed_at;   /* ms, set before phase becomes S_CLOSED */
+  /* ms, set before phase becomes S_CLOSED; atomic, since a producer that
+   * saw S_CLOSED may read it as another incarnation closes. */
+  _Atomic uint64_t closed_at;
   /* Loop thread: per producer, the lowest seq of an ordered task that a
    * close handed back in this incarnation of the worker; LONG_MAX if none. */
   long close_cut[NPROD];
@@ -1262,7 +1264,7 @@ static void worker_close_cb(uvs_worker_t* w) {
   check_close_prefix(sl);
   ph = atomic_load(&sl->phase);
   ASSERT(ph == S_CLAIMED || ph == S_CLOSING);
-  sl->closed_at = test_hrtime_ms();
+  atomic_store(&sl->closed_at, test_hrtime_ms());
   sl->bar_done_run = sl->max_done_run = -1; /* a new incarnation next */
   atomic_fetch_add(&sl->closes, 1);
   atomic_store(&sl->phase, S_CLOSED);
@@ -1680,7 +1682,7 @@ static void op_recreate(producer_t* p) {
 
   sl = &slots[rnd(p) % NSLOTS];
   if (atomic_load(&sl->phase) != S_CLOSED ||
-      test_hrtime_ms() < sl->closed_at + 2)
+      test_hrtime_ms() < atomic_load(&sl->closed_at) + 2)
     return;
   uv_rwlock_wrlock(&sl->lock);
   phase = S_CLOSED;

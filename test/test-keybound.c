@@ -1540,3 +1540,64 @@ TEST_IMPL(keybound_uncounted_run) {
   uncounted(0);
   return 0;
 }
+
+
+/* A keyed task that schedules itself again from its run_cb queues behind
+ * itself, the head its lane picked (and counted out) and still holds. A
+ * DROP_OLDEST that evicts that queued instance counts it out of its key:
+ * the stress program found the key left one over its true count, so that
+ * every later fill of the key kept one task fewer than key_max_pending. */
+#define AG 5
+static uvs_task_t ag_tasks[AG]; /* 0 schedules itself; 1, 2 then; 3, 4 after */
+static atomic_int ag_runs[AG];
+static int ag_status[AG];
+static int ag_dones;
+
+static void ag_run(uvs_task_t* task) {
+  int i;
+
+  i = (int) (intptr_t) task->data;
+  if (atomic_fetch_add(&ag_runs[i], 1) != 0 || i != 0)
+    return;
+  ASSERT_OK(uvs_schedule(&worker, task));         /* behind itself */
+  ASSERT_OK(uvs_schedule(&worker, &ag_tasks[1])); /* the key is full */
+  ASSERT_OK(uvs_schedule(&worker, &ag_tasks[2])); /* evicts task 0 again */
+}
+
+static void ag_done(uvs_task_t* task, int status) {
+  ASSERT(test_on_thread(loop_thread));
+  ag_status[(intptr_t) task->data] = status;
+  ag_dones++;
+}
+
+TEST_IMPL(keybound_drop_oldest_requeued_head) {
+  int i;
+
+  open_loop(0);
+  open_worker(2, 2, UVS_FULL_DROP_OLDEST, 0);
+  for (i = 0; i < AG; i++) {
+    ASSERT_OK(uvs_task_init(&ag_tasks[i], ag_run, ag_done));
+    ag_tasks[i].data = (void*) (intptr_t) i;
+    ASSERT_OK(uvs_task_set_key(&ag_tasks[i], key_of(1)));
+  }
+  ASSERT_OK(uvs_schedule(&worker, &ag_tasks[0]));
+  TEST_RUN_UNTIL(&loop, ag_dones == 3);
+  ASSERT_ERR(ag_status[0], UV_ENOBUFS);
+  ASSERT_EQ(atomic_load(&ag_runs[0]), 1);
+  ASSERT_OK(ag_status[1]);
+  ASSERT_OK(ag_status[2]);
+  /* The key holds nothing now: two tasks fit in it again. */
+  ASSERT_OK(uvs_worker_suspend(&worker));
+  ASSERT_OK(uvs_schedule(&worker, &ag_tasks[3]));
+  ASSERT_OK(uvs_schedule(&worker, &ag_tasks[4]));
+  ASSERT_OK(uvs_worker_resume(&worker));
+  TEST_RUN_UNTIL(&loop, ag_dones == 5);
+  if (ag_status[3] == UV_ENOBUFS)
+    test_failed(__FILE__, __LINE__,
+                "a requeued head evicted from behind itself was left "
+                "counted in its key: the key's next fill lost a task");
+  ASSERT_OK(ag_status[3]);
+  ASSERT_OK(ag_status[4]);
+  TEST_CLOSE_SCHED_AND_LOOP(&loop, &sched, UVS_CANCEL);
+  return 0;
+}
