@@ -105,9 +105,11 @@ void uvs__turn_ended(uvs_worker_t* w, int ring) {
 void uvs__unpark(uvs_worker_t* w) {
   if (w->phase != UVS__P_PARKED)
     return;
+  /* Listed (and rung for) before it stops holding uv_run: a loop that
+   * sees the count fall sees the ring with it (settle, loop.c). */
+  uvs__turn_ended(w, 1); /* listed again, or idle */
   uvs__store_rel(&w->sched->parked, w->sched->parked - 1);
   uvs__ring(w->sched, UVS__BELL_PARKED);
-  uvs__turn_ended(w, 1); /* listed again, or idle */
 }
 
 
