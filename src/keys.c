@@ -374,8 +374,9 @@ int uvs__keys_unlinked(uvs_worker_t* w, uvs_task_t* t, int from_slot) {
    * key's run, in the lane's slots, counts out as each starts or leaves.
    * One queued past its key's count and not taken in was never in it. The
    * picked head is the one that leaves a slot: the same task scheduled
-   * again from its run_cb is also its key's head, and queued behind
-   * itself it counts like any other queued task. */
+   * again (from its run_cb, or after its done_cb before the lane's batch
+   * ended) or yielded is also its key's head, and queued behind itself it
+   * counts like any other queued task. */
   if (!(from_slot && e->head == t && e->taken) &&
       !(__atomic_load_n(&t->state, __ATOMIC_RELAXED) & UVS__T_UNCOUNTED))
     count_out(w, e);

@@ -446,12 +446,15 @@ static void settle(uvs_sched_t* s, unsigned why) {
            ~UVS__BELL_SETTLING;
   }
   s->flags &= ~(UVS__SF_SETTLING | UVS__SF_POSTED);
-  /* Suspended workers' count before owed: a resume lists its worker, and
-   * rings for it, before the count falls (uvs__unpark), so a count seen
-   * at 0 comes with that ring seen below, and the idle handle holds the
-   * loop until the worker's turn. Read after, a resume in between let
-   * uv_run return with the worker's tasks unrun (valgrind's timing found
-   * it: suspend_foreign_threads_loop). */
+  /* Suspended workers' count before owed, and again after. A resume
+   * lists its worker, and rings for it, before the count falls
+   * (uvs__unpark), so a count seen at 0 here comes with that ring seen
+   * below, and the idle handle holds the loop until the worker's turn;
+   * read only after owed, a resume in between let uv_run return with the
+   * worker's tasks unrun (valgrind's timing found it:
+   * suspend_foreign_threads_loop). A suspend counts its worker before it
+   * rings (uvs__ready_list, uvs__ready_park): the second read sees a
+   * count that rose after owed was read. */
   parked = uvs__load_acq(&s->parked);
 
   /* What is left (the next loop turn, or what the rounds did not reach)
@@ -468,7 +471,7 @@ static void settle(uvs_sched_t* s, unsigned why) {
    * (timer, idle, uv_work); the async handle only keeps it alive on
    * request, while closing, or while suspended workers hold work. */
   if (s->keep_alive || uvs__load_rlx(&s->state) == UVS__SS_CLOSING ||
-      parked != 0)
+      parked != 0 || uvs__load_acq(&s->parked) != 0)
     uv_ref((uv_handle_t*) &s->async);
   else
     uv_unref((uv_handle_t*) &s->async);
