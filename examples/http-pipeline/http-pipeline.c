@@ -1166,14 +1166,25 @@ static void work_run(uvs_task_t* task) {
   if (req->hashing) {
     /* Again after a yield: the task kept its place, so nothing of its
      * connection has run since its last run. */
-    if (req->tseq + 1 != conn->next_run)
+    if (req->tseq + 1 != conn->next_run) {
       atomic_fetch_add(&s->order_violations, 1);
+      fprintf(stderr,
+              "http-pipeline: order: request %" PRIu64
+              " ran again after a yield, but the connection's next run was "
+              "%" PRIu64 "\n",
+              req->tseq, conn->next_run);
+    }
   } else {
     /* With --max-wait, the tasks shed before this one never ran: the runs
      * only go forward (work_done() checks that none is lost). */
     if (req->tseq < conn->next_run ||
-        (req->tseq != conn->next_run && s->lim.max_wait == 0))
+        (req->tseq != conn->next_run && s->lim.max_wait == 0)) {
       atomic_fetch_add(&s->order_violations, 1);
+      fprintf(stderr,
+              "http-pipeline: order: request %" PRIu64
+              " started where the connection's next run was %" PRIu64 "\n",
+              req->tseq, conn->next_run);
+    }
     conn->next_run = req->tseq + 1;
   }
   if (on_loop != (conn->workers[req->group].where == UVS_LOOP))
